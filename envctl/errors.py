@@ -1,0 +1,101 @@
+"""One error hierarchy for envctl. Messages say what is wrong and how to fix it.
+
+The library raises these and never prints or exits; ``envctl.cli`` maps them to exit codes.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class EnvctlError(Exception):
+    """Base of every error envctl reports to a user. ``hint`` says what to do about it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message
+
+
+class UsageError(EnvctlError):
+    exit_code = 2
+
+
+class CatalogError(UsageError):
+    """The site catalog is malformed. ``problems`` holds one line per problem found."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path, self.problems = path, problems
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + " | ".join(problems)
+        super().__init__(f"invalid catalog {path}: {head}", "fix the file, or unset ENVCTL_CATALOG / --catalog to use the built-in one")
+
+
+class UnknownSite(UsageError, KeyError):
+    def __init__(self, name: str, known: Iterable[str], kind: str = "site") -> None:
+        known = sorted(known)
+        close = difflib.get_close_matches(name, known, n=1)
+        guess = f"; did you mean '{close[0]}'?" if close else ""
+        super().__init__(f"unknown {kind} '{name}'{guess}", f"known {kind}s: {', '.join(known)}")
+
+    __str__ = EnvctlError.__str__
+
+
+class EngineUnavailable(EnvctlError):
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(
+            "Docker engine is not reachable" + (f" ({detail})" if detail else ""),
+            "start it with 'sudo scripts/docker-engine.sh' (or 'sudo systemctl start docker')",
+        )
+
+
+class DockerError(EnvctlError):
+    """A docker command failed; carries the command and the tail of its output."""
+
+
+class ImageMissing(EnvctlError):
+    pass
+
+
+class BuildFailed(EnvctlError):
+    pass
+
+
+class PortInUse(EnvctlError):
+    pass
+
+
+class NotReady(EnvctlError):
+    """A site did not become healthy before its deadline."""
+
+
+class LoginFailed(EnvctlError):
+    pass
+
+
+class ResetFailed(EnvctlError):
+    pass
+
+
+class FetchError(EnvctlError):
+    pass
+
+
+class ChecksumMismatch(FetchError):
+    pass
+
+
+class DiskSpaceError(EnvctlError):
+    pass
+
+
+class PlaybookFailed(EnvctlError):
+    pass
+
+
+class CloudError(EnvctlError):
+    pass

@@ -1,0 +1,1 @@
+"""Where images come from: local builds (mini flavor, proxy, homepage), registry pulls and tarballs."""

@@ -1,0 +1,82 @@
+"""Build the images envctl makes itself: the mini flavor, the homepage and the front proxy.
+
+Each image is a directory with a ``Dockerfile`` under ``envctl/images/mini/`` (context: that
+folder, so every Dockerfile can COPY the shared ``miniweb`` package) or ``envctl/images/<name>/``.
+Tags are ``envctl-mini/<dir>:<MINI_VERSION>``. The classic builder is used because Debian's
+docker.io ships no buildx plugin; BuildKit is not needed for these small images. Docker's layer cache makes an unchanged rebuild quick.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from python_on_whales import DockerException, docker
+
+from envctl.errors import BuildFailed, ImageMissing
+
+HERE = Path(__file__).resolve().parent
+MINI_DIR = HERE / "mini"
+MINI_VERSION = "1"
+BASE_IMAGE = "debian:bookworm-slim"
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    name: str  # directory name, e.g. "magento"
+    tag: str  # e.g. "envctl-mini/magento:1"
+    dockerfile: Path
+    context: Path
+
+
+def mini_builds() -> list[ImageBuild]:
+    """Every mini image, base first (the others build FROM it)."""
+    dirs = sorted(p.parent for p in MINI_DIR.glob("*/Dockerfile"))
+    dirs.sort(key=lambda d: d.name != "base")
+    return [
+        ImageBuild(d.name, f"envctl-mini/{d.name}:{MINI_VERSION}", d / "Dockerfile", MINI_DIR) for d in dirs
+    ]
+
+
+def mini_tag(name: str) -> str:
+    return f"envctl-mini/{name}:{MINI_VERSION}"
+
+
+def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) -> float:
+    """Build one image; returns seconds taken. Raises BuildFailed naming the image and the failing step."""
+    if spec.name == "base" or "FROM debian:bookworm-slim" in spec.dockerfile.read_text():
+        if not docker.image.exists(BASE_IMAGE):
+            raise ImageMissing(
+                f"base image {BASE_IMAGE} is missing (needed to build {spec.tag})",
+                "run 'sudo scripts/docker-engine.sh', which pulls it or builds it with debootstrap",
+            )
+    start = time.monotonic()
+    try:
+        docker.legacy_build(
+            spec.context,
+            file=spec.dockerfile,
+            tags=[spec.tag],
+            labels={"org.envctl.built-by": "envctl", "org.envctl.image": spec.name},
+        )
+    except DockerException as exc:
+        out = (exc.stderr or exc.stdout or "").strip().splitlines()
+        step = next((line for line in reversed(out) if "RUN" in line or "ERROR" in line), out[-1] if out else "")
+        raise BuildFailed(
+            f"building {spec.tag} failed at: {step.strip()[:300]}",
+            f"re-run 'docker build -f {spec.dockerfile} {spec.context}' to see the whole log",
+        ) from exc
+    took = time.monotonic() - start
+    if progress:
+        progress(f"built {spec.tag} in {took:.1f}s")
+    return took
+
+
+def build_mini(names: Iterable[str] | None = None, *, progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Build the base and the named mini images (all when ``names`` is None)."""
+    wanted = set(names) if names is not None else None
+    times: dict[str, float] = {}
+    for spec in mini_builds():
+        if spec.name == "base" or wanted is None or spec.name in wanted:
+            times[spec.tag] = build(spec, progress=progress)
+    return times
