@@ -1,0 +1,149 @@
+"""Shared fixtures: the Docker engine, mini-image builds, throwaway containers and a browser.
+
+Real parts only: the engine is made available by scripts/docker-engine.sh (a missing engine is an
+error, not a skip), containers publish on 127.0.0.1 and tests reach them only there.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("ENVCTL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+TEST_LABEL = "envctl.test"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A reachable Docker engine with the local base image (started by the project's script if needed)."""
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0 or subprocess.run(
+        ["docker", "image", "inspect", "debian:bookworm-slim"], capture_output=True
+    ).returncode != 0:
+        subprocess.run(["bash", str(ROOT / "scripts" / "docker-engine.sh")], check=True)
+
+
+_built: set[str] = set()
+
+
+@pytest.fixture(scope="session")
+def mini_image(docker_engine: None) -> Callable[[str], str]:
+    """``mini_image("magento")`` builds base + that image once per session and returns its tag."""
+    from envctl.images.build import build, mini_builds
+
+    specs = {s.name: s for s in mini_builds()}
+
+    def get(name: str) -> str:
+        for dep in ("base", name):
+            if dep not in _built:
+                build(specs[dep])
+                _built.add(dep)
+        return specs[name].tag
+
+    return get
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Containers:
+    """Start containers for a test and remove them afterwards (labelled so strays can be found)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.networks: list[str] = []
+
+    def network(self) -> str:
+        name = f"envctl-test-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["docker", "network", "create", "--label", TEST_LABEL, name], check=True, capture_output=True)
+        self.networks.append(name)
+        return name
+
+    def run(self, image: str, *, ports: dict[int, int] | None = None, env: dict[str, str] | None = None,
+            name: str | None = None, network: str | None = None, command: list[str] | None = None,
+            aliases: list[str] | None = None) -> str:
+        """Run detached; ``ports`` maps container port -> host port (published on 127.0.0.1 only)."""
+        name = name or f"envctl-test-{uuid.uuid4().hex[:8]}"
+        argv = ["docker", "run", "-d", "--name", name, "--label", TEST_LABEL]
+        for cport, hport in (ports or {}).items():
+            argv += ["-p", f"127.0.0.1:{hport}:{cport}"]
+        for k, v in (env or {}).items():
+            argv += ["-e", f"{k}={v}"]
+        if network:
+            argv += ["--network", network]
+            for a in aliases or []:
+                argv += ["--network-alias", a]
+        argv.append(image)
+        argv += command or []
+        subprocess.run(argv, check=True, capture_output=True)
+        self.names.append(name)
+        return name
+
+    def exec(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)
+
+    def logs(self, name: str) -> str:
+        p = subprocess.run(["docker", "logs", "--tail", "50", name], capture_output=True, text=True)
+        return p.stdout + p.stderr
+
+    def cleanup(self) -> None:
+        if self.names:
+            subprocess.run(["docker", "rm", "-f", "-v", *self.names], capture_output=True)
+        for n in self.networks:
+            subprocess.run(["docker", "network", "rm", n], capture_output=True)
+
+
+@pytest.fixture
+def containers(docker_engine: None) -> Iterator[Containers]:
+    c = Containers()
+    yield c
+    c.cleanup()
+
+
+@pytest.fixture(scope="module")
+def module_containers(docker_engine: None) -> Iterator[Containers]:
+    c = Containers()
+    yield c
+    c.cleanup()
+
+
+def wait_http(url: str, *, timeout: float = 90, ok: Callable[[requests.Response], bool] | None = None,
+              logs: Callable[[], str] | None = None) -> requests.Response:
+    """Poll ``url`` until it answers (and ``ok(resp)``), or fail with the last answer and logs."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(url, timeout=5, allow_redirects=False)
+            if ok(r) if ok else r.status_code < 500:
+                return r
+            last = f"HTTP {r.status_code}: {r.text[:200]!r}"
+        except requests.RequestException as exc:
+            last = exc
+        time.sleep(0.25)
+    pytest.fail(f"{url} not ready after {timeout}s; last: {last}\n{logs() if logs else ''}")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """A headless Debian Chromium driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
