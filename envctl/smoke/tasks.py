@@ -1,0 +1,169 @@
+"""Task configs in the WebArena format: loading bundled sets or files, filling placeholders.
+
+A task-set file is a JSON list of upstream task configs (``config_files/test.raw.json`` entries) or an
+object ``{"name": ..., "description": ..., "tasks": [...]}``. envctl's own additions live under keys
+prefixed ``envctl_`` so an upstream harness ignores them:
+
+- ``envctl_recipe``: the reference agent's steps (see :mod:`envctl.smoke.agent`);
+- ``envctl_verified``: whether the recipe has been run against a real instance of the target flavor;
+- ``envctl_recheck_after_reset``: state-changing task; its program_html targets must score 0 before
+  acting and again after the sites are reset;
+- ``envctl_expect_fail``: a negative control, the task passes only when the evaluator says no.
+
+Placeholders (``__SHOPPING__`` ...) are replaced by plain string replacement over the whole config,
+as upstream's ``generate_test_data.py`` does, so reference answers and locators are filled too.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from envctl.errors import EnvctlError
+
+# Placeholder -> harness environment variable (WebArena + VisualWebArena names).
+PLACEHOLDERS = {
+    "__SHOPPING_ADMIN__": "SHOPPING_ADMIN",
+    "__SHOPPING__": "SHOPPING",
+    "__REDDIT__": "REDDIT",
+    "__GITLAB__": "GITLAB",
+    "__MAP__": "MAP",
+    "__WIKIPEDIA__": "WIKIPEDIA",
+    "__CLASSIFIEDS__": "CLASSIFIEDS",
+    "__HOMEPAGE__": "HOMEPAGE",
+}
+TAB_SEPARATOR = " |AND| "
+BUNDLED_DIR = "tasks"
+
+
+class TaskConfigError(EnvctlError):
+    """A task set or task config is missing, malformed or needs an unset placeholder."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task config, placeholders filled. ``config`` keeps the full (filled) upstream dict."""
+
+    task_id: str
+    sites: tuple[str, ...]
+    intent: str
+    start_urls: tuple[str, ...]
+    storage_state: str | None
+    require_login: bool
+    require_reset: bool
+    eval: dict[str, Any]
+    recipe: list[Any] | None
+    verified: bool | None
+    recheck_after_reset: bool
+    expect_fail: bool
+    viewport: dict[str, int] | None
+    config: dict[str, Any] = field(repr=False)
+
+    @property
+    def eval_types(self) -> list[str]:
+        return list(self.eval.get("eval_types") or [])
+
+    @property
+    def storage_state_name(self) -> str | None:
+        """The file name of the login state (``./.auth/gitlab.reddit_state.json`` -> its base name)."""
+        return Path(self.storage_state).name if self.storage_state else None
+
+
+def bundled_sets() -> list[str]:
+    """Names of the task sets shipped with envctl (``mini``, ``webarena-smoke`` ...)."""
+    root = resources.files("envctl.smoke").joinpath(BUNDLED_DIR)
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
+    """The raw (unfilled) task configs of a bundled set name or a JSON file path."""
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise TaskConfigError(f"task file {path} does not exist",
+                                  hint=f"pass an existing JSON file or a bundled set: {', '.join(bundled_sets())}")
+        text = path.read_text(encoding="utf-8")
+        origin = str(path)
+    else:
+        res = resources.files("envctl.smoke").joinpath(BUNDLED_DIR, f"{name_or_path}.json")
+        if not res.is_file():
+            raise TaskConfigError(f"no bundled task set named {name_or_path!r}",
+                                  hint=f"bundled sets: {', '.join(bundled_sets())}; or pass a path to a JSON file")
+        text = res.read_text(encoding="utf-8")
+        origin = f"bundled set {name_or_path}"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskConfigError(f"{origin} is not valid JSON: {exc}", hint="fix the JSON syntax") from exc
+    configs = data.get("tasks") if isinstance(data, dict) else data
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise TaskConfigError(f"{origin} must be a list of task configs or an object with a 'tasks' list",
+                              hint="use the WebArena test.raw.json format")
+    return configs
+
+
+def fill_placeholders(config: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Replace every ``__SITE__`` placeholder in the config (all strings, any depth) from ``env``."""
+    text = json.dumps(config)
+    for placeholder, var in PLACEHOLDERS.items():
+        if placeholder in text:
+            value = env.get(var)
+            if not value:
+                raise TaskConfigError(
+                    f"task {config.get('task_id')} uses {placeholder} but {var} is not set",
+                    hint=f"set {var} (e.g. from `envctl env`) or restrict the run with --sites")
+            # json.dumps of the value escapes quotes/backslashes the same way as the document
+            text = text.replace(placeholder, json.dumps(value.rstrip("/"))[1:-1])
+    return json.loads(text)
+
+
+def task_from_config(config: dict[str, Any], env: dict[str, str]) -> Task:
+    """Validate one raw config and fill its placeholders."""
+    for key in ("task_id", "sites", "start_url", "eval"):
+        if key not in config:
+            raise TaskConfigError(f"task config {config.get('task_id', '?')} lacks {key!r}",
+                                  hint="every task needs task_id, sites, start_url and eval as in test.raw.json")
+    filled = fill_placeholders(config, env)
+    ev = filled["eval"]
+    unknown = set(ev.get("eval_types") or []) - {"string_match", "url_match", "program_html", "page_image_query"}
+    if unknown:
+        raise TaskConfigError(f"task {config['task_id']}: unknown eval_types {sorted(unknown)}",
+                              hint="use string_match, url_match or program_html")
+    return Task(
+        task_id=str(filled["task_id"]),
+        sites=tuple(filled["sites"]),
+        intent=filled.get("intent", ""),
+        start_urls=tuple(u.strip() for u in filled["start_url"].split(TAB_SEPARATOR.strip()) if u.strip()),
+        storage_state=filled.get("storage_state"),
+        require_login=bool(filled.get("require_login", False)),
+        require_reset=bool(filled.get("require_reset", False)),
+        eval=ev,
+        recipe=filled.get("envctl_recipe"),
+        verified=filled.get("envctl_verified"),
+        recheck_after_reset=bool(filled.get("envctl_recheck_after_reset", False)),
+        expect_fail=bool(filled.get("envctl_expect_fail", False)),
+        viewport=filled.get("viewport_size"),
+        config=filled,
+    )
+
+
+def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
+                  sites: list[str] | None = None) -> list[Task]:
+    """Load a bundled set or file; keep tasks whose sites are all in ``sites`` (when given).
+
+    Tasks are filled from ``env`` (harness variables such as ``SHOPPING``); with ``env=None``
+    placeholders are left as they are (useful to list a set without an instance).
+    """
+    configs = read_task_set(name_or_path)
+    if sites:
+        wanted = set(sites)
+        configs = [c for c in configs if set(c.get("sites", [])) <= wanted]
+    if env is None:
+        env = {var: ph for ph, var in PLACEHOLDERS.items()}
+    ids = [str(c.get("task_id")) for c in configs]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise TaskConfigError(f"{name_or_path}: duplicate task ids {dupes}", hint="give every task a unique task_id")
+    return [task_from_config(c, env) for c in configs]
