@@ -1,0 +1,488 @@
+"""The site catalog: ``sites.yaml`` turned into validated, frozen, typed objects.
+
+This is the only module that reads the catalog YAML. Every problem found (unknown key, wrong
+type, missing field, duplicate port, unknown reference) is reported in one ``CatalogError`` that
+names the file, the path inside it (``sites.gitlab.services.web.ports.public``) and what is expected.
+
+Steps, env values and URLs are templates rendered against one deployment (:class:`Deployment`):
+``{public_url}``, ``{public_host}``, ``{public_port}``, ``{scheme}`` (of the site's entry service),
+``{sites.NAME.public_url}``, ``{service.NAME}`` (the container name of a service of the same site copy),
+``{setting.NAME}`` (a site setting such as the reset token). Other braces are left alone, so
+``{z}/{x}/{y}`` or shell snippets need no escaping.
+
+Example::
+
+    cat = load_catalog()
+    cat.site("gitlab").entry.ports.public   # 8023
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from envctl.errors import CatalogError, UnknownSite
+
+BUILTIN = Path(__file__).with_name("sites.yaml")
+Benchmark = Literal["webarena", "visualwebarena"]
+Tier = Literal["spare", "endpoint", "recreate", "none"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Ports(_Model):
+    public: int = Field(ge=1, le=65535)
+    # "public" means: the app listens on the same port it is published on (GitLab's external_url rule).
+    container: int | Literal["public"] = Field(default=80)
+
+    def container_port(self, public: int) -> int:
+        return public if self.container == "public" else int(self.container)
+
+
+class Volume(_Model):
+    source: str  # a named volume, or {data_dir}/... for downloaded data
+    target: str
+    read_only: bool = False
+
+
+class Source(_Model):
+    kind: Literal["registry", "http", "gdrive", "s3"]
+    mirror: str
+    url: str
+
+
+class Artifact(_Model):
+    name: str
+    kind: Literal["image", "data"] = "image"
+    image: str | None = None
+    dest: str | None = None
+    size: int | None = Field(default=None, ge=0)
+    loaded_size: int | None = Field(default=None, ge=0)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    sources: tuple[Source, ...] = ()
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "Artifact":
+        if self.kind == "image" and not self.image:
+            raise ValueError("an image artifact needs 'image' (the tag the catalog uses)")
+        if self.kind == "data" and not self.dest:
+            raise ValueError("a data artifact needs 'dest' (path under the data directory)")
+        return self
+
+
+class Step(_Model):
+    """One post-start configuration step: an argv run inside a service's container."""
+
+    service: str | None = None  # default: the site's entry service
+    run: tuple[str, ...] = Field(min_length=1)
+    why: str | None = None
+
+
+class ServiceFlavor(_Model):
+    image: str
+    build: str | None = None  # mini: directory under envctl/images/mini
+    command: tuple[str, ...] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    volumes: tuple[Volume, ...] = ()
+    memory: str | None = Field(default=None, pattern=r"^\d+[kmg]$")
+
+
+class Service(_Model):
+    ports: Ports | None = None
+    depends_on: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    volumes: tuple[Volume, ...] = ()
+    memory: str | None = Field(default=None, pattern=r"^\d+[kmg]$")
+    user: str | None = None
+    tmpfs: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # network aliases on the site's private network
+    stop_timeout: int = Field(default=30, ge=1)
+    # argv run inside the container until it exits 0: the app can take configure steps.
+    ready: tuple[str, ...] | None = None
+    # A service without an entry for a flavor does not exist in that flavor.
+    flavors: dict[str, ServiceFlavor]
+
+
+class Flavor(_Model):
+    description: str = ""
+    artifacts: tuple[Artifact, ...] = ()
+    configure: tuple[Step, ...] | None = None  # overrides the site's steps when set
+    fingerprint: tuple["Query", ...] | None = None
+
+
+class Account(_Model):
+    username: str
+    password: str
+    role: str = "user"
+
+
+class LoginField(_Model):
+    """How to find one input: by label, placeholder, test id or CSS selector (first that is set)."""
+
+    label: str | None = None
+    placeholder: str | None = None
+    test_id: str | None = None
+    selector: str | None = None
+    button: str | None = None  # a button by its accessible name
+
+    @model_validator(mode="after")
+    def _one(self) -> "LoginField":
+        if not any((self.label, self.placeholder, self.test_id, self.selector, self.button)):
+            raise ValueError("give one of label, placeholder, test_id, selector, button")
+        return self
+
+
+class ExpiryProbe(_Model):
+    url: str
+    keyword: str | None = None  # None: valid means the final URL equals the probe URL (no redirect)
+
+
+class Login(_Model):
+    account: str  # username of one of the site's accounts
+    url: str
+    username: LoginField
+    password: LoginField
+    submit: LoginField
+    expiry: ExpiryProbe
+    # Upstream's auto_login skips pairs that share a cookie on one host ("Auth doesn't work on
+    # this pair as they share the same cookie"): this site is never paired with these.
+    no_pair_with: tuple[str, ...] = ()
+
+
+class Probe(_Model):
+    name: str
+    kind: Literal["http", "login", "exec"] = "http"
+    service: str | None = None  # default: entry service
+    path: str = "/"
+    expect_status: tuple[int, ...] = (200,)
+    expect_text: str | None = None
+    expect_json_key: str | None = None
+    same_host: bool = False  # the final URL (after redirects) stays on the public host:port
+    follow_redirects: bool = True
+    method: Literal["GET", "POST"] = "GET"
+    json_body: dict[str, str] | None = None
+    run: tuple[str, ...] | None = None  # kind=exec
+
+
+class Health(_Model):
+    timeout: float = Field(default=120, gt=0)  # seconds, full flavor
+    probes: tuple[Probe, ...] = Field(min_length=1)
+
+
+class Query(_Model):
+    name: str
+    service: str | None = None
+    run: tuple[str, ...]
+
+
+class Reset(_Model):
+    tier: Tier
+    spares: int = Field(default=0, ge=0, le=8)
+    endpoint: str | None = None  # tier=endpoint: path POSTed with the token
+    success_text: str | None = None
+
+
+class Site(_Model):
+    title: str
+    benchmarks: tuple[Benchmark, ...] = Field(min_length=1)
+    entry: str  # the service the site's URL points at
+    services: dict[str, Service] = Field(min_length=1)
+    depends_on: tuple[str, ...] = ()  # other sites that must be up first
+    flavors: dict[str, Flavor]
+    configure: tuple[Step, ...] = ()
+    settings: dict[str, str] = Field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # setting names masked in output
+    accounts: tuple[Account, ...] = ()
+    login: Login | None = None
+    health: Health
+    env: dict[str, dict[str, str]] = Field(default_factory=dict)  # benchmark -> VAR -> template
+    fingerprint: tuple[Query, ...] = ()
+    reset: Reset
+    url_path: str = ""  # appended to the public URL for humans (e.g. /forums/all)
+    notes: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _refs(self) -> "Site":
+        if self.entry not in self.services:
+            raise ValueError(f"entry '{self.entry}' is not one of the services ({', '.join(self.services)})")
+        if self.services[self.entry].ports is None:
+            raise ValueError(f"entry service '{self.entry}' needs ports")
+        for name, svc in self.services.items():
+            for dep in svc.depends_on:
+                if dep not in self.services:
+                    raise ValueError(f"service '{name}' depends on unknown service '{dep}'")
+        steps = list(self.configure) + [s for f in self.flavors.values() for s in (f.configure or ())]
+        for step in steps:
+            if step.service and step.service not in self.services:
+                raise ValueError(f"configure step names unknown service '{step.service}'")
+        if self.login and self.login.account not in {a.username for a in self.accounts}:
+            raise ValueError(f"login.account '{self.login.account}' is not in accounts")
+        for env in self.env:
+            if env not in ("webarena", "visualwebarena"):
+                raise ValueError(f"env has unknown benchmark '{env}' (expected webarena or visualwebarena)")
+        for fname in self.flavors:
+            if fname not in self.services[self.entry].flavors:
+                raise ValueError(f"entry service '{self.entry}' has no image for flavor '{fname}'")
+        for sname, svc in self.services.items():
+            for fname in svc.flavors:
+                if fname not in self.flavors:
+                    raise ValueError(f"service '{sname}' names flavor '{fname}' that the site does not define")
+        for other in (self.login.no_pair_with if self.login else ()):
+            if other == self.entry:
+                raise ValueError("login.no_pair_with names the site itself")
+        if self.reset.tier == "endpoint" and not self.reset.endpoint:
+            raise ValueError("reset tier 'endpoint' needs reset.endpoint")
+        return self
+
+    # -- convenience --------------------------------------------------------------------------
+    @property
+    def entry_service(self) -> Service:
+        return self.services[self.entry]
+
+    def public_ports(self) -> dict[str, int]:
+        return {n: s.ports.public for n, s in self.services.items() if s.ports}
+
+    def services_for(self, flavor: str) -> list[str]:
+        """The services that exist in ``flavor``, dependencies first."""
+        return [n for n in self.service_order() if flavor in self.services[n].flavors]
+
+    def account(self) -> Account | None:
+        if not self.login:
+            return self.accounts[0] if self.accounts else None
+        return next(a for a in self.accounts if a.username == self.login.account)
+
+    def steps(self, flavor: str) -> tuple[Step, ...]:
+        f = self.flavors.get(flavor)
+        return f.configure if f and f.configure is not None else self.configure
+
+    def fingerprint_queries(self, flavor: str) -> tuple[Query, ...]:
+        f = self.flavors.get(flavor)
+        return f.fingerprint if f and f.fingerprint is not None else self.fingerprint
+
+    def service_order(self) -> list[str]:
+        """Services in dependency order (dependencies first)."""
+        order: list[str] = []
+
+        def visit(n: str) -> None:
+            if n in order:
+                return
+            for d in self.services[n].depends_on:
+                visit(d)
+            order.append(n)
+
+        for n in self.services:
+            visit(n)
+        return order
+
+
+class Catalog(_Model):
+    version: Literal[1]
+    sites: dict[str, Site] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Catalog":
+        problems = []
+        seen: dict[int, str] = {}
+        for name, site in self.sites.items():
+            for dep in site.depends_on:
+                if dep not in self.sites:
+                    problems.append(f"sites.{name}.depends_on: unknown site '{dep}'")
+            for other in (site.login.no_pair_with if site.login else ()):
+                if other not in self.sites:
+                    problems.append(f"sites.{name}.login.no_pair_with: unknown site '{other}'")
+            for where, text in _strings(site.model_dump(), f"sites.{name}"):
+                for ref in re.findall(r"\{sites\.([a-z0-9_]+)\.public_url\}", text):
+                    if ref not in self.sites:
+                        problems.append(f"{where}: unknown site '{ref}' in template")
+                for ref in re.findall(r"\{service(?:_url|_port)?\.([a-z0-9_]+)\}", text):
+                    if ref not in site.services:
+                        problems.append(f"{where}: unknown service '{ref}' in template")
+                for ref in re.findall(r"\{setting\.([a-z0-9_]+)\}", text):
+                    if ref not in site.settings:
+                        problems.append(f"{where}: unknown setting '{ref}' in template")
+            for svc, port in site.public_ports().items():
+                where = f"{name}.{svc}"
+                if port in seen:
+                    problems.append(f"sites.{name}.services.{svc}.ports.public: port {port} is also used by {seen[port]}")
+                seen[port] = where
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def site(self, name: str) -> Site:
+        try:
+            return self.sites[name]
+        except KeyError:
+            raise UnknownSite(name, self.sites) from None
+
+    def resolve(self, names: list[str] | tuple[str, ...] | None, *, all_sites: bool = False,
+                benchmark: str | None = None) -> list[str]:
+        """Validated site names plus their dependencies, dependencies first."""
+        if all_sites or not names:
+            wanted = [n for n, s in self.sites.items() if benchmark is None or benchmark in s.benchmarks]
+        else:
+            wanted = [n for n in names if self.site(n)]
+        order: list[str] = []
+
+        def visit(n: str) -> None:
+            if n in order:
+                return
+            for d in self.sites[n].depends_on:
+                visit(d)
+            order.append(n)
+
+        for n in wanted:
+            visit(n)
+        return order
+
+    def flavors(self) -> list[str]:
+        return sorted({f for s in self.sites.values() for f in s.flavors})
+
+
+def _strings(obj: Any, path: str) -> list[tuple[str, str]]:
+    """Every string in a dumped model with its dotted path (for template reference checks)."""
+    if isinstance(obj, str):
+        return [(path, obj)]
+    if isinstance(obj, dict):
+        return [x for k, v in obj.items() for x in _strings(v, f"{path}.{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [x for i, v in enumerate(obj) for x in _strings(v, f"{path}[{i}]")]
+    return []
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif isinstance(p, str) and not p.startswith(("function-", "literal[", "union[", "int", "constrained")):
+            parts.append(("." if parts else "") + p)
+    return "".join(parts).replace(".[", "[")
+
+
+def _describe(err: dict[str, Any]) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key (remove it or check its spelling)"
+    if kind == "missing":
+        return "missing required field"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    got = err.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{msg.lower()} (got {shown})"
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """Load and validate a catalog: ``path``, else ``$ENVCTL_CATALOG``, else the built-in one."""
+    p = Path(path or os.environ.get("ENVCTL_CATALOG") or BUILTIN)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise CatalogError(str(p), ["file not found"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise CatalogError(str(p), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if not isinstance(raw, dict):
+        raise CatalogError(str(p), ["top level must be a mapping with 'version' and 'sites'"])
+    try:
+        return Catalog.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _loc(err["loc"])
+            problems.append(f"{loc}: {_describe(err)}" if loc else _describe(err))
+        raise CatalogError(str(p), problems) from None
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\{(public_url|public_host|public_port|scheme|data_dir|sites\.[a-z0-9_]+\.public_url|"
+                    r"service\.[a-z0-9_]+|service_url\.[a-z0-9_]+|service_port\.[a-z0-9_]+|"
+                    r"setting\.[a-z0-9_]+)\}")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where one instance's sites are published: scheme, host, and a port offset."""
+
+    public_host: str = "127.0.0.1"
+    scheme: str = "http"
+    port_offset: int = 0
+    data_dir: str = ""
+
+    def port(self, base: int) -> int:
+        return base + self.port_offset
+
+    def url(self, site: Site, service: str | None = None) -> str:
+        svc = site.services[service or site.entry]
+        assert svc.ports is not None
+        return f"{self.scheme}://{self.public_host}:{self.port(svc.ports.public)}"
+
+
+@dataclass
+class Renderer:
+    """Renders catalog templates for one site copy of one deployment."""
+
+    catalog: Catalog
+    site_name: str
+    deployment: Deployment
+    containers: Mapping[str, str] = field(default_factory=dict)  # service -> container name
+
+    @cached_property
+    def site(self) -> Site:
+        return self.catalog.site(self.site_name)
+
+    def value(self, token: str) -> str:
+        d = self.deployment
+        if token == "public_url":
+            return d.url(self.site)
+        if token == "public_host":
+            return d.public_host
+        if token == "public_port":
+            return str(d.port(self.site.entry_service.ports.public))  # type: ignore[union-attr]
+        if token == "scheme":
+            return d.scheme
+        if token == "data_dir":
+            return d.data_dir
+        kind, _, rest = token.partition(".")
+        if kind == "sites":
+            return d.url(self.catalog.site(rest.split(".")[0]))
+        if kind in ("service", "service_url", "service_port"):
+            if rest not in self.site.services:
+                raise UnknownSite(rest, self.site.services, kind="service")
+            if kind == "service":
+                return self.containers.get(rest, rest)
+            if kind == "service_url":
+                return d.url(self.site, rest)
+            return str(d.port(self.site.services[rest].ports.public))  # type: ignore[union-attr]
+        if kind == "setting":
+            if rest not in self.site.settings:
+                raise UnknownSite(rest, self.site.settings, kind="setting")
+            return self.site.settings[rest]
+        raise AssertionError(token)
+
+    def __call__(self, template: str) -> str:
+        return _TOKEN.sub(lambda m: self.value(m.group(1)), template)
+
+    def argv(self, argv: tuple[str, ...]) -> list[str]:
+        return [self(a) for a in argv]
+
+    def env(self, benchmark: str) -> dict[str, str]:
+        return {k: self(v) for k, v in self.site.env.get(benchmark, {}).items()}
+
+
+Flavor.model_rebuild()
