@@ -1,0 +1,118 @@
+"""Mini Wikipedia: Debian's kiwix-serve 3.3.0 serving the build-time ZIM, reached on 127.0.0.1 only."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+import requests
+
+from conftest import Containers, wait_http
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini]
+
+PORT = 18150
+UPSTREAM_ARGS_PORT = 18151
+BOOK = "wikipedia_en_all_maxi_2022-05"
+LANDING = f"/{BOOK}/A/User:The_other_Kiwix_guy/Landing"
+
+
+@pytest.fixture(scope="module")
+def wiki(mini_image, module_containers: Containers) -> str:
+    image = mini_image("kiwix")
+    start = time.monotonic()
+    name = module_containers.run(image, ports={80: PORT})
+    base = f"http://127.0.0.1:{PORT}"
+    wait_http(base + LANDING, timeout=30, ok=lambda r: r.status_code == 200,
+              logs=lambda: module_containers.logs(name))
+    print(f"kiwix ready in {time.monotonic() - start:.2f}s")
+    return base
+
+
+def test_image_labels_and_kiwix_version(wiki: str) -> None:
+    labels = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/kiwix:1"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    for label in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"wikipedia"', '"org.envctl.data-version":"1"'):
+        assert label in labels
+    out = subprocess.run(["docker", "run", "--rm", "envctl-mini/kiwix:1", "kiwix-serve", "--version"],
+                         capture_output=True, text=True)
+    assert "kiwix-tools 3.3.0" in out.stdout + out.stderr
+
+
+def test_landing_page_at_the_upstream_url(wiki: str) -> None:
+    r = requests.get(wiki + LANDING, timeout=10)
+    assert r.status_code == 200
+    assert "<title>Welcome to Wikipedia</title>" in r.text
+    assert 'href="../Pittsburgh"' in r.text  # relative links resolve under /<book>/A/
+    assert 'name="content" value="wikipedia_en_all_maxi_2022-05"' in r.text  # kiwix toolbar search form
+
+
+def test_root_redirects_to_main_page(wiki: str) -> None:
+    r = requests.get(f"{wiki}/{BOOK}/", timeout=10, allow_redirects=False)
+    assert r.status_code == 302
+    assert r.headers["Location"].endswith("/User:The_other_Kiwix_guy/Landing")
+
+
+@pytest.mark.parametrize("path", [f"/{BOOK}/A/Carnegie_Mellon_University", f"/{BOOK}/Carnegie_Mellon_University"])
+def test_article_by_old_and_new_path(wiki: str, path: str) -> None:
+    r = requests.get(wiki + path, timeout=10)
+    assert r.status_code == 200
+    assert '<h1 id="firstHeading" class="firstHeading">Carnegie Mellon University</h1>' in r.text
+    assert "Andrew Carnegie" in r.text
+
+
+def test_missing_article_is_404(wiki: str) -> None:
+    assert requests.get(f"{wiki}/{BOOK}/A/No_such_article", timeout=10).status_code == 404
+
+
+def test_full_text_search_finds_an_article(wiki: str) -> None:
+    r = requests.get(f"{wiki}/search", params={"content": BOOK, "pattern": "Steel City"}, timeout=10)
+    assert r.status_code == 200
+    hits = re.findall(r'<a href="(/' + BOOK + r'/[^"]+)">\s*([^<]+?)\s*</a>', r.text)
+    assert (f"/{BOOK}/Pittsburgh", "Pittsburgh") in hits
+    # the hit is a full-text one: the snippet shows the matched body words
+    assert "<b>Steel</b> City" in r.text
+    followed = requests.get(wiki + f"/{BOOK}/Pittsburgh", timeout=10)
+    assert followed.status_code == 200 and "Monongahela" in followed.text
+
+
+def test_search_without_hits(wiki: str) -> None:
+    r = requests.get(f"{wiki}/search", params={"content": BOOK, "pattern": "zzyzx"}, timeout=10)
+    assert r.status_code == 200
+    assert f'<a href="/{BOOK}/' not in r.text.split('class="results"', 1)[-1]
+
+
+def test_suggest_uses_the_title_index(wiki: str) -> None:
+    r = requests.get(f"{wiki}/suggest", params={"content": BOOK, "term": "pitts"}, timeout=10)
+    assert r.status_code == 200
+    paths = [s.get("path") for s in r.json()]
+    assert "Pittsburgh,_Pennsylvania" in paths  # a redirect (see build_zim.py) ...
+    follow = requests.get(f"{wiki}/{BOOK}/A/Pittsburgh,_Pennsylvania", timeout=10)
+    assert follow.status_code == 200 and "Steel City" in follow.text  # ... that leads to the article
+    carnegie = requests.get(f"{wiki}/suggest", params={"content": BOOK, "term": "carnegie"}, timeout=10).json()
+    assert "Carnegie_Mellon_University" in [s.get("path") for s in carnegie]
+
+
+def test_upstream_style_arguments(mini_image, containers: Containers) -> None:
+    """``docker run ... wikipedia_en_all_maxi_2022-05.zim`` (upstream's form) serves the same book."""
+    name = containers.run(mini_image("kiwix"), ports={80: UPSTREAM_ARGS_PORT}, command=[f"{BOOK}.zim"])
+    r = wait_http(f"http://127.0.0.1:{UPSTREAM_ARGS_PORT}{LANDING}", timeout=30,
+                  ok=lambda r: r.status_code == 200, logs=lambda: containers.logs(name))
+    assert "Welcome to Wikipedia" in r.text
+
+
+@pytest.mark.browser
+def test_browser_opens_landing_and_follows_a_link(wiki: str, browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(wiki + LANDING, wait_until="load")
+        assert page.title() == "Welcome to Wikipedia"
+        page.get_by_role("link", name="Fred Rogers").first.click()
+        page.wait_for_url(re.compile(r"/Fred_Rogers$"))
+        assert page.locator("#firstHeading").inner_text() == "Fred Rogers"
+        assert "WQED" in page.locator("#mw-content-text").inner_text()
+    finally:
+        page.close()
