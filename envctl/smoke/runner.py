@@ -1,0 +1,367 @@
+"""Run a task set: login state, resets, the agent, the evaluators, a negative control; typed results.
+
+Tasks are grouped by the sites they touch (tasks sharing a site stay in one group, in file order);
+groups run in parallel threads, each with its own Playwright and browser, since tasks on disjoint
+sites cannot interfere. Every run includes a negative control: a copy of a runnable read-only task
+whose references are deliberately wrong, which must score 0 on the very same trajectory.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from envctl.errors import EnvctlError
+from envctl.smoke.agent import RecipeError, ReferenceAgent, Step, Trajectory, parse_recipe
+from envctl.smoke.evaluators import Check, Evaluation, evaluate, program_html_checks, Helpers
+from envctl.smoke.tasks import Task, task_from_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    from playwright.sync_api import Browser
+
+    from envctl.smoke.judge import Judge
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+NEGATIVE_SUFFIX = ":negative-control"
+WRONG_ANSWER = "envctl negative control: deliberately wrong answer"
+WRONG_CONTENT = "envctl-negative-control-3f9c1e"
+DEFAULT_VIEWPORT = {"width": 1280, "height": 720}
+
+ResetFn = Callable[[list[str]], None]
+ProgressFn = Callable[["TaskResult"], None]
+
+
+@dataclass
+class TaskResult:
+    """The outcome of one task: status pass / fail / skip, why, and what happened."""
+
+    task_id: str
+    sites: list[str]
+    intent: str
+    status: str
+    reason: str
+    score: float | None = None
+    elapsed_s: float = 0.0
+    answer: str = ""
+    final_url: str = ""
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list, repr=False)
+    negative_control: bool = False
+    verified: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["steps"] = [{k: v for k, v in asdict(s).items() if k != "screenshot"} for s in self.steps]
+        return d
+
+
+@dataclass
+class SiteSummary:
+    site: str
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class SmokeResult:
+    """A whole run. ``ok``: no non-skipped task failed and the negative control said no."""
+
+    task_set: str
+    tasks: list[TaskResult]
+    started_at: str
+    wall_s: float
+    report_dir: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        controls = [t for t in self.tasks if t.negative_control]
+        return (not any(t.status == "fail" for t in self.tasks)
+                and bool(controls) and all(t.status == "pass" for t in controls))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(t.status == s for t in self.tasks) for s in ("pass", "fail", "skip")}
+
+    def per_site(self) -> list[SiteSummary]:
+        """One row per site; a multi-site task is counted under ``a+b``."""
+        rows: dict[str, SiteSummary] = {}
+        for t in self.tasks:
+            key = "+".join(t.sites) or "-"
+            row = rows.setdefault(key, SiteSummary(site=key))
+            row.passed += t.status == "pass"
+            row.failed += t.status == "fail"
+            row.skipped += t.status == "skip"
+            row.elapsed_s = round(row.elapsed_s + t.elapsed_s, 3)
+        return [rows[k] for k in sorted(rows)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_set": self.task_set, "ok": self.ok, "started_at": self.started_at, "wall_s": self.wall_s,
+                "counts": self.counts, "sites": [asdict(s) for s in self.per_site()],
+                "report_dir": self.report_dir, "tasks": [t.to_json() for t in self.tasks]}
+
+
+# ---------------------------------------------------------------- planning
+
+def negative_control(tasks: list[Task]) -> Task | None:
+    """A wrong-reference copy of the first task that is runnable, read-only and reset-free."""
+    for t in tasks:
+        if t.recipe is None or t.expect_fail or t.recheck_after_reset or t.require_reset:
+            continue
+        cfg = copy.deepcopy(t.config)
+        ev = cfg["eval"]
+        if "string_match" in t.eval_types:
+            ev["reference_answers"] = {"exact_match": WRONG_ANSWER}
+        if "url_match" in t.eval_types:
+            origin = t.start_urls[0].split("/")[:3]
+            ev["reference_url"] = "/".join(origin) + "/" + WRONG_CONTENT
+        if "program_html" in t.eval_types:
+            for target in ev.get("program_html") or []:
+                target["required_contents"] = {"must_include": [WRONG_CONTENT]}
+        cfg["task_id"] = f"{t.task_id}{NEGATIVE_SUFFIX}"
+        cfg["intent"] = f"[negative control, must fail] {t.intent}"
+        cfg["envctl_expect_fail"] = True
+        return task_from_config(cfg, {})
+    return None
+
+
+def site_groups(tasks: list[Task]) -> list[list[Task]]:
+    """Partition tasks into groups whose site sets are disjoint (union-find), keeping file order."""
+    parent: dict[str, str] = {}
+
+    def find(s: str) -> str:
+        while parent.setdefault(s, s) != s:
+            s = parent[s]
+        return s
+
+    for t in tasks:
+        for s in t.sites[1:]:
+            parent[find(s)] = find(t.sites[0])
+        if t.sites:
+            find(t.sites[0])
+    groups: dict[str, list[Task]] = {}
+    for t in tasks:
+        groups.setdefault(find(t.sites[0]) if t.sites else "-", []).append(t)
+    return list(groups.values())
+
+
+# ---------------------------------------------------------------- execution
+
+@dataclass
+class _Context:
+    env: dict[str, str]
+    auth_dir: Path | None
+    reset: ResetFn | None
+    judge: Judge | None
+    agent: str
+    screenshots: bool
+    reset_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Failed(Exception):
+    """Ends a task early with a fail or skip status."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _recipe_of(task: Task) -> list[Any] | None:
+    if task.recipe is not None:
+        return task.recipe
+    ref = task.config.get("reference_action_sequence") or {}
+    if ref.get("action_set_tag") == "playwright" and ref.get("action_sequence"):
+        return list(ref["action_sequence"])
+    return None
+
+
+def _new_context(browser: Browser, task: Task, ctx: _Context) -> Any:
+    kwargs: dict[str, Any] = {"viewport": task.viewport or DEFAULT_VIEWPORT, "device_scale_factor": 1}
+    if task.storage_state and task.storage_state_name:
+        if ctx.auth_dir is None:
+            raise _Failed("fail", f"task needs login state {task.storage_state_name} but no auth directory was given")
+        path = ctx.auth_dir / task.storage_state_name
+        if not path.is_file():
+            raise _Failed("fail", f"login state {path} is missing; run `envctl login` for {'+'.join(task.sites)}")
+        kwargs["storage_state"] = str(path)
+    return browser.new_context(**kwargs)
+
+
+def _do_reset(task: Task, ctx: _Context, why: str) -> None:
+    if ctx.reset is None:
+        raise _Failed("skip", f"needs a reset ({why}) but no reset is available")
+    with ctx.reset_lock:
+        try:
+            ctx.reset(list(task.sites))
+        except Exception as exc:
+            raise _Failed("fail", f"reset of {', '.join(task.sites)} ({why}) failed: {exc}") from exc
+
+
+def _state_checks(browser: Browser, task: Task, ctx: _Context, phase: str) -> list[Check]:
+    """program_html fixed-URL targets on a fresh context; each passes when the change is ABSENT."""
+    targets = [t for t in task.eval.get("program_html") or [] if t.get("url", "last") != "last"]
+    if not targets:
+        return [Check(f"{phase}", None, "no fixed-URL program_html target to re-check")]
+    context = _new_context(browser, task, ctx)
+    try:
+        page = context.new_page()
+        page.goto(task.start_urls[0], wait_until="load")
+        raw = program_html_checks(targets, page, helpers=Helpers(ctx.env))
+    finally:
+        context.close()
+    return [Check(f"{phase}.{c.name}", None if c.score is None else 1.0 - c.score,
+                  ("change absent" if c.score == 0 else "change PRESENT") + f" ({c.detail})") for c in raw]
+
+
+def _run_agent(browser: Browser, task: Task, ctx: _Context, recipe: list[Any] | None) -> tuple[Trajectory, Any, Any]:
+    context = _new_context(browser, task, ctx)
+    try:
+        if ctx.agent == "llm":
+            from envctl.smoke.llm_agent import LLMAgent
+
+            llm = LLMAgent.from_env()
+            page = ReferenceAgent(screenshots=ctx.screenshots).open_tabs(context, task.start_urls)
+            traj, page = llm.run(task, page, screenshots=ctx.screenshots)
+        else:
+            agent = ReferenceAgent(screenshots=ctx.screenshots)
+            page = agent.open_tabs(context, task.start_urls)
+            traj, page = agent.run(task.task_id, recipe or [], page)
+        return traj, page, context
+    except Exception:
+        context.close()
+        raise
+
+
+def run_task(browser: Browser, task: Task, ctx: _Context) -> TaskResult:
+    """One task end to end: [reset] -> [pristine check] -> agent -> evaluate -> [reset -> re-check]."""
+    started = time.monotonic()
+    result = TaskResult(task_id=task.task_id, sites=list(task.sites), intent=task.intent, status="fail",
+                        reason="", negative_control=task.expect_fail, verified=task.verified)
+    checks: list[Check] = []
+    try:
+        recipe = _recipe_of(task)
+        if ctx.agent == "reference":
+            if recipe is None:
+                raise _Failed("skip", "no recipe for the reference agent")
+            try:
+                parse_recipe(recipe)
+            except RecipeError as exc:
+                raise _Failed("fail", f"bad recipe: {exc}") from exc
+        if task.require_reset:
+            _do_reset(task, ctx, "require_reset")
+        if task.recheck_after_reset:
+            checks += _state_checks(browser, task, ctx, "before")
+            if any(c.score == 0 for c in checks):
+                raise _Failed("fail", "state is not pristine before acting: " +
+                              "; ".join(c.detail for c in checks if c.score == 0))
+        traj, page, context = _run_agent(browser, task, ctx, recipe)
+        try:
+            result.steps, result.answer, result.final_url = traj.steps, traj.answer, traj.final_url
+            if traj.error and task.expect_fail:
+                raise _Failed("fail", f"negative control inconclusive, the agent failed: {traj.error}")
+            evaluation = evaluate(task, traj.answer, page, env=ctx.env, judge=ctx.judge)
+        finally:
+            context.close()
+        if task.expect_fail:
+            said_no = all(c.score == 0 for c in evaluation.checks)
+            checks += [Check(f"negative.{c.name}", None if c.score is None else 1.0 - c.score, c.detail)
+                       for c in evaluation.checks]
+            result.score = evaluation.score
+            raise _Failed("pass" if said_no else "fail",
+                          "evaluator rejected the wrong references" if said_no
+                          else "evaluator ACCEPTED a deliberately wrong reference")
+        checks += evaluation.checks
+        result.score = evaluation.score
+        if traj.error and evaluation.status != "pass":
+            raise _Failed("fail", traj.error)
+        if evaluation.status != "pass":
+            raise _Failed(evaluation.status, evaluation.reason)
+        if task.recheck_after_reset:
+            _do_reset(task, ctx, "undo the change")
+            after = _state_checks(browser, task, ctx, "after_reset")
+            checks += after
+            bad = [c for c in after if c.score == 0]
+            if bad:
+                raise _Failed("fail", "change survived the reset: " + "; ".join(c.detail for c in bad))
+        raise _Failed("pass", "all checks passed" + (" (acted, reset, change gone)" if task.recheck_after_reset else ""))
+    except _Failed as end:
+        result.status, result.reason = end.status, end.reason
+    except EnvctlError as exc:
+        result.status, result.reason = "fail", str(exc)
+    except Exception as exc:  # a crash in one task must not hide the others' results
+        result.status, result.reason = "fail", f"{type(exc).__name__}: {exc}"
+    result.checks = [asdict(c) for c in checks]
+    result.elapsed_s = round(time.monotonic() - started, 3)
+    return result
+
+
+def _run_group(group: list[Task], ctx: _Context, browser_path: str, on_done: Callable[[TaskResult], None]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_ARGS, headless=True)
+        try:
+            for task in group:
+                on_done(run_task(browser, task, ctx))
+        finally:
+            browser.close()
+
+
+def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None = None,
+              reset: ResetFn | None = None, sites: list[str] | None = None, agent: str = "reference",
+              report_dir: Path | None = None, browser_path: str = "/usr/bin/chromium",
+              progress: ProgressFn | None = None, judge: Judge | None = None, max_parallel: int = 3,
+              task_set: str = "") -> SmokeResult:
+    """Run ``tasks`` (plus a negative control) against the sites in ``env``; write reports if asked."""
+    if agent not in ("reference", "llm"):
+        raise EnvctlError(f"unknown agent {agent!r}", hint="use --agent reference or --agent llm")
+    if agent == "llm":
+        from envctl.smoke.llm_agent import LLMAgent
+
+        LLMAgent.from_env()  # fails early with a hint when no endpoint is configured
+    if not Path(browser_path).exists():
+        raise EnvctlError(f"browser {browser_path} not found", hint="install Debian's chromium or pass browser_path")
+    filled = [task_from_config(t.config, env) for t in tasks]
+    if sites:
+        filled = [t for t in filled if set(t.sites) <= set(sites)]
+    control = negative_control(filled)
+    if control is not None:
+        filled.insert(filled.index(next(t for t in filled if control.task_id.startswith(t.task_id + ":"))), control)
+    ctx = _Context(env=env, auth_dir=auth_dir, reset=reset, judge=judge, agent=agent,
+                   screenshots=report_dir is not None)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    done: dict[str, TaskResult] = {}
+    lock = threading.Lock()
+
+    def on_done(r: TaskResult) -> None:
+        with lock:
+            done[r.task_id] = r
+            if progress:
+                progress(r)
+
+    groups = site_groups(filled)
+    if groups:
+        with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(groups)))) as pool:
+            for f in [pool.submit(_run_group, g, ctx, browser_path, on_done) for g in groups]:
+                f.result()
+    results = [done[t.task_id] for t in filled]
+    if control is None:
+        results.append(TaskResult(task_id="negative-control", sites=[], intent="negative control",
+                                  status="fail", reason="no runnable read-only task to build a negative control from",
+                                  negative_control=True))
+    result = SmokeResult(task_set=task_set, tasks=results, started_at=started_at,
+                         wall_s=round(time.monotonic() - t0, 3))
+    if report_dir is not None:
+        from envctl.smoke.report import write_reports
+
+        write_reports(result, Path(report_dir))
+        result.report_dir = str(report_dir)
+    return result
