@@ -1,0 +1,524 @@
+"""Get the full-flavor artifacts: try each source in catalog order until one works.
+
+The library API behind ``envctl images list|get|verify|export|import|prune``:
+
+* images are pulled from a registry, or streamed from a tarball mirror straight into
+  ``docker load`` (no archive on disk); with ``keep_archive`` (or when a partial download from
+  an earlier run exists) the tarball is downloaded with resume into the downloads dir first;
+* data files (ZIM, map data) are downloaded with resume into the data dir at ``artifact.dest``;
+* every result is checked against the catalog's sha256 and the pin file (:mod:`.lock`) and
+  pinned the first time;
+* a disk pre-check runs before anything is fetched;
+* progress is reported as :class:`Event` objects (``to_json()`` for ``--json``).
+
+Nothing here prints. Failures of one mirror become ``mirror-failed`` events and the next source
+is tried; an artifact with no working source ends with ``GetResult.error`` set.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal, Protocol, Sequence
+
+from envctl.errors import ChecksumMismatch, DockerError, EnvctlError, FetchError, UsageError
+from envctl.images import disk, fetch, registry
+from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
+from envctl.images.lock import LockFile, Pin, data_dir, downloads_dir
+
+
+class SourceLike(Protocol):
+    kind: str
+    mirror: str
+    url: str
+
+
+class ArtifactLike(Protocol):
+    """The fields of ``envctl.catalog.Artifact`` this module reads."""
+
+    name: str
+    kind: str
+    image: str | None
+    dest: str | None
+    size: int | None
+    loaded_size: int | None
+    sha256: str | None
+    sources: Sequence[SourceLike]
+
+
+EventType = Literal["plan", "start", "progress", "mirror-failed", "done", "skip", "error"]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: EventType
+    artifact: str
+    site: str | None = None
+    mirror: str | None = None
+    done: int | None = None  # bytes
+    total: int | None = None  # bytes, when known
+    message: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":"))
+
+
+EventFn = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    """One row of ``envctl images list``."""
+
+    site: str
+    flavor: str
+    name: str
+    kind: str
+    image: str | None
+    dest: str | None  # absolute path for data files
+    size: int | None
+    loaded_size: int | None
+    sources: tuple[str, ...]  # "kind:mirror url"
+    present: bool
+    sha256: str | None
+    digest: str | None
+    pinned_in: str | None  # "catalog" or the lock file path
+
+
+@dataclass(frozen=True)
+class GetResult:
+    site: str | None
+    name: str
+    action: Literal["present", "pulled", "loaded", "downloaded", "failed"]
+    mirror: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    image_id: str | None = None
+    seconds: float = 0.0
+    error: str | None = None  # every mirror's failure, when action == "failed"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    site: str | None
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: Path
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    files: tuple[Path, ...]
+    freed: int
+    images: tuple[str, ...]
+
+
+@dataclass
+class Options:
+    """Where things go and how hard to try (defaults follow the user's data dir)."""
+
+    data_root: Path | None = None  # data files; default <data dir>/data
+    downloads: Path | None = None  # partials and kept archives; default <data dir>/downloads
+    lock: LockFile | None = None
+    timeouts: fetch.Timeouts | None = None
+    segments: int = 4
+    check_disk: bool = True
+
+    def resolved(self) -> "Options":
+        return Options(
+            data_root=self.data_root or data_dir() / "data",
+            downloads=self.downloads or downloads_dir(),
+            lock=self.lock or LockFile(),
+            timeouts=self.timeouts or fetch.Timeouts(min_rate=float(os.environ.get("ENVCTL_MIN_RATE", 64 * 1024))),
+            segments=self.segments,
+            check_disk=self.check_disk,
+        )
+
+
+# ---------------------------------------------------------------- selection
+
+
+def artifacts(catalog, sites: Iterable[str] | None = None, flavor: str = "full") -> list[tuple[str, ArtifactLike]]:
+    """(site, artifact) pairs of ``flavor`` for the named sites (all sites when None), catalog order."""
+    names = list(sites) if sites else list(catalog.sites)
+    out = []
+    for name in names:
+        site = catalog.site(name)
+        f = site.flavors.get(flavor)
+        for art in (f.artifacts if f else ()):
+            out.append((name, art))
+    return out
+
+
+def _data_path(art: ArtifactLike, opts: Options) -> Path:
+    assert opts.data_root is not None and art.dest
+    return opts.data_root / art.dest
+
+
+def is_present(art: ArtifactLike, opts: Options) -> bool:
+    if art.kind == "image":
+        return _inspect_id(art.image or art.name) is not None
+    path = _data_path(art, opts)
+    return path.is_file() and (art.size is None or path.stat().st_size == art.size)
+
+
+def list_images(catalog, *, sites: Iterable[str] | None = None, flavor: str = "full",
+                options: Options | None = None) -> list[ArtifactInfo]:
+    opts = (options or Options()).resolved()
+    pins = opts.lock.pins()  # type: ignore[union-attr]
+    rows = []
+    for site, art in artifacts(catalog, sites, flavor):
+        pin = pins.get(art.name)
+        sha = art.sha256 or (pin.sha256 if pin else None)
+        where = "catalog" if art.sha256 else (str(opts.lock.path) if pin else None)  # type: ignore[union-attr]
+        rows.append(ArtifactInfo(
+            site, flavor, art.name, art.kind, art.image,
+            str(_data_path(art, opts)) if art.kind == "data" else None,
+            art.size or (pin.size if pin else None), art.loaded_size,
+            tuple(f"{s.kind}:{s.mirror} {s.url}" for s in art.sources),
+            is_present(art, opts), sha, pin.digest if pin else None, where,
+        ))
+    return rows
+
+
+# ---------------------------------------------------------------- get
+
+
+def _sources(art: ArtifactLike, mirror: str | None) -> list[SourceLike]:
+    if mirror is None:
+        return list(art.sources)
+    chosen = [s for s in art.sources if s.mirror == mirror]
+    if not chosen:
+        raise UsageError(f"{art.name} has no source from mirror '{mirror}'",
+                         f"its mirrors: {', '.join(s.mirror for s in art.sources) or 'none'}")
+    return chosen
+
+
+def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opts: Options,
+           root: Path) -> list[disk.Need]:
+    pin = opts.lock.get(art.name)  # type: ignore[union-attr]
+    size = art.size or (pin.size if pin else None)
+    if size is None or not sources:
+        return []
+    loaded = art.loaded_size or size
+    if art.kind == "data":
+        dest = _data_path(art, opts)
+        have = fetch.partial_path(dest).stat().st_size if fetch.partial_path(dest).exists() else 0
+        return [disk.Need(dest.parent, max(0, size - have), f"download {art.name}")]
+    if sources[0].kind == "registry":
+        return [disk.Need(root, loaded, f"pull {art.name}")]
+    # The engine unpacks the archive into its tmp dir before registering the layers.
+    needs = [disk.Need(root, size + loaded, f"load {art.name}")]
+    archive = opts.downloads / art.name  # type: ignore[operator]
+    part = fetch.partial_path(archive)
+    if keep_archive or part.exists():
+        have = part.stat().st_size if part.exists() else 0
+        needs.append(disk.Need(opts.downloads, max(0, size - have), f"download {art.name}"))  # type: ignore[arg-type]
+    return needs
+
+
+def get_images(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full", mirror: str | None = None,
+               keep_archive: bool = False, jobs: int = 1, progress: EventFn | None = None,
+               options: Options | None = None) -> list[GetResult]:
+    """Fetch every missing artifact of ``flavor`` for ``sites`` (all when None). See the module doc.
+
+    Raises DiskSpaceError (before fetching anything) or UsageError (unknown mirror); per-artifact
+    failures are returned as ``action="failed"`` results. KeyboardInterrupt propagates, leaving
+    resumable partial files.
+    """
+    return get_artifacts(artifacts(catalog, sites, flavor), mirror=mirror, keep_archive=keep_archive, jobs=jobs,
+                         progress=progress, options=options)
+
+
+def get_artifacts(items: Sequence[tuple[str | None, ArtifactLike]], *, mirror: str | None = None,
+                  keep_archive: bool = False, jobs: int = 1, progress: EventFn | None = None,
+                  options: Options | None = None) -> list[GetResult]:
+    opts = (options or Options()).resolved()
+    emit = _serialised(progress)
+    missing, results = [], {}
+    for site, art in items:
+        if is_present(art, opts):
+            results[art.name] = GetResult(site, art.name, "present")
+            emit(Event("skip", art.name, site, message="already present"))
+        else:
+            missing.append((site, art, _sources(art, mirror)))
+    if missing and opts.check_disk:
+        root = disk.docker_root() if any(a.kind == "image" for _, a, _ in missing) else Path("/")
+        disk.check_space([n for _, a, srcs in missing for n in _needs(a, srcs, keep_archive, opts, root)])
+    for site, art, _ in missing:
+        emit(Event("plan", art.name, site, total=art.size))
+
+    def one(item: tuple[str | None, ArtifactLike, list[SourceLike]]) -> GetResult:
+        site, art, srcs = item
+        return _get_one(site, art, srcs, keep_archive, opts, emit)
+
+    if jobs <= 1 or len(missing) <= 1:
+        done = [one(m) for m in missing]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            done = list(pool.map(one, missing))
+    for r in done:
+        results[r.name] = r
+    return [results[a.name] for _, a in items]
+
+
+def _serialised(progress: EventFn | None) -> EventFn:
+    lock = threading.Lock()
+
+    def emit(ev: Event) -> None:
+        if progress:
+            with lock:
+                progress(ev)
+
+    return emit
+
+
+def _throttled(emit: EventFn, site: str | None, name: str, mirror: str) -> Callable[[int, int | None], None]:
+    last = [0.0]
+
+    def cb(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.25 or (total is not None and done >= total):
+            last[0] = now
+            emit(Event("progress", name, site, mirror, done, total))
+
+    return cb
+
+
+def _get_one(site: str | None, art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opts: Options,
+             emit: EventFn) -> GetResult:
+    began = time.monotonic()
+    lock = opts.lock
+    assert lock is not None and opts.timeouts is not None and opts.downloads is not None
+    failures: list[str] = []
+    archive = opts.downloads / art.name
+    if art.kind == "image" and archive.is_file():
+        emit(Event("start", art.name, site, "local archive", total=archive.stat().st_size))
+        try:
+            action, sha, size, image_id = _load_archive(site, art, archive, "local archive", keep_archive, opts, emit)
+            res = GetResult(site, art.name, action, "local archive", sha, size, image_id, time.monotonic() - began)
+            emit(Event("done", art.name, site, res.mirror, size, size, f"loaded in {res.seconds:.1f}s"))
+            return res
+        except (FetchError, DockerError) as exc:
+            failures.append(f"local archive {archive}: {exc.message}")
+            emit(Event("mirror-failed", art.name, site, "local archive", message=exc.message))
+    for i, src in enumerate(sources):
+        last = i == len(sources) - 1
+        emit(Event("start", art.name, site, src.mirror, total=art.size))
+        try:
+            result = _from_source(site, art, src, keep_archive, opts, emit, last)
+            res = GetResult(site, art.name, result[0], src.mirror, result[1], result[2], result[3], time.monotonic() - began)
+            emit(Event("done", art.name, site, src.mirror, res.size, res.size, f"{res.action} in {res.seconds:.1f}s"))
+            return res
+        except (FetchError, DockerError) as exc:
+            pinned = lock.get(art.name)
+            note = f" (pin in {lock.path})" if isinstance(exc, ChecksumMismatch) and pinned and not art.sha256 else ""
+            failures.append(f"{src.kind}:{src.mirror}: {exc.message}{note}")
+            emit(Event("mirror-failed", art.name, site, src.mirror, message=exc.message + note))
+    msg = f"no source worked for {art.name}: " + " | ".join(failures) if failures else f"{art.name} has no sources"
+    emit(Event("error", art.name, site, message=msg))
+    return GetResult(site, art.name, "failed", seconds=time.monotonic() - began, error=msg)
+
+
+def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_archive: bool, opts: Options,
+                 emit: EventFn, last: bool) -> tuple[str, str | None, int | None, str | None]:
+    """(action, sha256, size, image_id) from one source; raises FetchError / DockerError to try the next."""
+    lock = opts.lock
+    assert lock is not None and opts.timeouts is not None and opts.downloads is not None
+    if src.kind == "registry":
+        pulled = registry.pull(src.url, progress=lambda line: emit(Event("progress", art.name, site, src.mirror, message=line)))
+        lock.check(art.name, digest=pulled.digest, mirror=src.mirror)
+        if art.image and art.image != src.url:
+            subprocess.run(["docker", "tag", pulled.image_id, art.image], check=True, capture_output=True)
+        lock.record(Pin(art.name, digest=pulled.digest, image_id=pulled.image_id, mirror=src.mirror))
+        return "pulled", None, None, pulled.image_id
+
+    # The slow-mirror check only skips a mirror when there is another one to go to.
+    t = opts.timeouts if not last else fetch.Timeouts(**{**asdict(opts.timeouts), "min_rate": 0.0})
+    session = fetch._session()
+    url = src.url
+    if src.kind == "gdrive":
+        url = fetch.gdrive_direct_url(session, url, t, src.mirror)
+    elif src.kind == "s3":
+        url = fetch.s3_https_url(url)
+    pin = lock.get(art.name)
+    want_sha = art.sha256 or (pin.sha256 if pin else None)
+    want_size = art.size or (pin.size if pin else None)
+    expect = "tar" if art.kind == "image" else fetch.expect_for(art.name)
+    cb = _throttled(emit, site, art.name, src.mirror)
+
+    if art.kind == "data":
+        got = fetch.download(url, _data_path(art, opts), mirror=src.mirror, expected_size=want_size,
+                             expected_sha256=want_sha, expect=expect, segments=opts.segments, progress=cb,
+                             timeouts=t, session=session)
+        lock.record(Pin(art.name, size=got.size, sha256=got.sha256, mirror=src.mirror))
+        return "downloaded", got.sha256, got.size, None
+
+    archive = opts.downloads / art.name
+    if keep_archive or fetch.partial_path(archive).exists():
+        got = fetch.download(url, archive, mirror=src.mirror, expected_size=want_size, expected_sha256=want_sha,
+                             expect="tar", segments=opts.segments, progress=cb, timeouts=t, session=session)
+        return _load_archive(site, art, archive, src.mirror, keep_archive, opts, emit)
+    stream = fetch.Stream(url, mirror=src.mirror, expect="tar", expected_size=want_size, timeouts=t, session=session)
+    loaded = load_stream(stream, tag=art.image, expected_sha256=want_sha, expected_size=want_size,
+                         source=f"mirror {src.mirror}", progress=lambda n: cb(n, stream.total))
+    lock.record(Pin(art.name, size=loaded.size, sha256=loaded.sha256, image_id=loaded.image_id, mirror=src.mirror))
+    return "loaded", loaded.sha256, loaded.size, loaded.image_id
+
+
+def _load_archive(site: str | None, art: ArtifactLike, archive: Path, mirror: str, keep_archive: bool,
+                  opts: Options, emit: EventFn) -> tuple[str, str | None, int | None, str | None]:
+    """Load a downloaded archive (checked against the pin while streaming); delete it unless kept."""
+    lock = opts.lock
+    assert lock is not None
+    pin = lock.get(art.name)
+    want_sha = art.sha256 or (pin.sha256 if pin else None)
+    size = archive.stat().st_size
+    cb = _throttled(emit, site, art.name, mirror)
+    loaded = load_stream(file_chunks(archive), tag=art.image, expected_sha256=want_sha, source=f"{mirror} ({archive})",
+                         progress=lambda n: cb(n, size))
+    lock.record(Pin(art.name, size=loaded.size, sha256=loaded.sha256, image_id=loaded.image_id,
+                    mirror=pin.mirror if pin else mirror))
+    if not keep_archive:
+        archive.unlink(missing_ok=True)
+    return "loaded", loaded.sha256, loaded.size, loaded.image_id
+
+
+# ---------------------------------------------------------------- verify
+
+
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    done = 0
+    for chunk in file_chunks(path, 4 << 20):
+        h.update(chunk)
+        done += len(chunk)
+        if progress:
+            progress(done)
+    return h.hexdigest()
+
+
+def verify_images(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full",
+                  options: Options | None = None, progress: EventFn | None = None) -> list[VerifyResult]:
+    """Re-check what is present against the catalog and the pins (data files are re-hashed)."""
+    opts = (options or Options()).resolved()
+    return [_verify_one(site, art, opts, _serialised(progress)) for site, art in artifacts(catalog, sites, flavor)]
+
+
+def _verify_one(site: str | None, art: ArtifactLike, opts: Options, emit: EventFn) -> VerifyResult:
+    lock = opts.lock
+    assert lock is not None
+    pin = lock.get(art.name)
+    if art.kind == "image":
+        image_id = _inspect_id(art.image or art.name)
+        if image_id is None:
+            return VerifyResult(site, art.name, False, f"image {art.image} is not present; run 'envctl images get'")
+        if pin and pin.image_id and pin.image_id != image_id:
+            return VerifyResult(site, art.name, False, f"{art.image} is {image_id}, but {lock.path} pins {pin.image_id}")
+        if pin is None:
+            lock.record(Pin(art.name, image_id=image_id, mirror="local"))
+            return VerifyResult(site, art.name, True, f"{art.image} present ({image_id[:19]}); pinned now")
+        return VerifyResult(site, art.name, True, f"{art.image} is {image_id[:19]} as pinned")
+    path = _data_path(art, opts)
+    if not path.is_file():
+        return VerifyResult(site, art.name, False, f"{path} is missing; run 'envctl images get'")
+    size = path.stat().st_size
+    emit(Event("start", art.name, site, "local", total=size, message="hashing"))
+    sha = sha256_file(path, lambda n: emit(Event("progress", art.name, site, "local", n, size)))
+    want = art.sha256 or (pin.sha256 if pin else None)
+    if want and sha != want:
+        return VerifyResult(site, art.name, False, f"{path} has SHA-256 {sha}, expected {want}")
+    if pin is None:
+        lock.record(Pin(art.name, size=size, sha256=sha, mirror="local"))
+        return VerifyResult(site, art.name, True, f"{path} ok; pinned now (sha256 {sha[:12]})")
+    return VerifyResult(site, art.name, True, f"{path} matches sha256 {sha[:12]}")
+
+
+# ---------------------------------------------------------------- export / import / prune
+
+
+def export_image(tag: str, file: Path, *, progress: Callable[[int], None] | None = None) -> Exported:
+    """``docker save`` ``tag`` into ``file`` (via a partial file) and write ``file.sha256`` beside it."""
+    file = Path(file)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    part = fetch.partial_path(file)
+    proc, chunks = save_stream(tag)
+    h, size = hashlib.sha256(), 0
+    try:
+        with open(part, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+                h.update(chunk)
+                size += len(chunk)
+                if progress:
+                    progress(size)
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        if proc.wait() != 0:
+            raise DockerError(f"docker save {tag} failed: {err.strip()[-300:]}", "check the tag with 'docker images'")
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, file)
+    sha = h.hexdigest()
+    file.with_name(file.name + ".sha256").write_text(f"{sha}  {file.name}\n")
+    return Exported(file, size, sha)
+
+
+def import_image(file: Path, *, tag: str | None = None, progress: Callable[[int], None] | None = None) -> LoadResult:
+    """Load an archive made by :func:`export_image` (checked against its ``.sha256`` file when present)."""
+    file = Path(file)
+    if not file.is_file():
+        raise UsageError(f"{file} does not exist", "give the path of an archive made by 'envctl images export'")
+    side = file.with_name(file.name + ".sha256")
+    want = side.read_text().split()[0] if side.is_file() else None
+    return load_stream(file_chunks(file), tag=tag, expected_sha256=want, expected_size=file.stat().st_size,
+                       source=str(file), progress=progress)
+
+
+def prune(*, options: Options | None = None, dry_run: bool = False) -> PruneResult:
+    """Remove partial downloads and dangling images envctl loaded or built."""
+    opts = (options or Options()).resolved()
+    files: list[Path] = []
+    for base in (opts.downloads, opts.data_root):
+        if base and base.is_dir():
+            files += [p for p in base.rglob("*") if p.is_file() and p.name.endswith((".partial", ".partial.json"))]
+    freed = sum(p.stat().st_size for p in files)
+    ours = {p.image_id for p in opts.lock.pins().values() if p.image_id}  # type: ignore[union-attr]
+    dangling = subprocess.run(["docker", "images", "--filter", "dangling=true", "--no-trunc", "--format",
+                               "{{.ID}}"], capture_output=True, text=True).stdout.split()
+    built = set(subprocess.run(["docker", "images", "--filter", "dangling=true", "--filter",
+                                "label=org.envctl.built-by=envctl", "--no-trunc", "--format", "{{.ID}}"],
+                               capture_output=True, text=True).stdout.split())
+    images = sorted({i for i in dangling if i in ours or i in built})
+    if not dry_run:
+        for p in files:
+            p.unlink(missing_ok=True)
+        removed = []
+        for i in images:
+            if subprocess.run(["docker", "image", "rm", i], capture_output=True).returncode == 0:
+                removed.append(i)
+        images = removed
+    return PruneResult(tuple(files), freed, tuple(images))
+
+
+__all__ = [
+    "ArtifactInfo", "Event", "Exported", "GetResult", "Options", "PruneResult", "VerifyResult", "artifacts",
+    "export_image", "get_artifacts", "get_images", "import_image", "list_images", "prune", "verify_images",
+    "EnvctlError",
+]
