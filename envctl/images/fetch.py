@@ -33,6 +33,8 @@ import requests
 from envctl.errors import ChecksumMismatch, FetchError
 
 CHUNK = 1 << 20
+READ_BYTES = 256 * 1024  # per socket read: small enough for timely progress and Ctrl-C
+HEAD_BYTES = 64 * 1024  # sniffed before trusting a response
 MIN_SEGMENT = 8 * CHUNK  # smaller files are not worth splitting
 Expect = Literal["tar", "zim", None]
 ProgressFn = Callable[[int, "int | None"], None]  # (bytes done, total or None)
@@ -188,7 +190,7 @@ def _short(exc: BaseException) -> str:
 def _chunks(resp: requests.Response, mirror: str, url: str, t: Timeouts) -> Iterator[bytes]:
     """Body chunks; a stall or a drop becomes a FetchError marked resumable by the caller."""
     try:
-        for chunk in resp.iter_content(CHUNK):
+        for chunk in resp.iter_content(READ_BYTES):
             if chunk:
                 yield chunk
     except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
@@ -201,6 +203,22 @@ def _chunks(resp: requests.Response, mirror: str, url: str, t: Timeouts) -> Iter
 
 class _Dropped(FetchError):
     """A connection ended early; resumable when the server honours Range."""
+
+
+def _sniff(resp: requests.Response, mirror: str, url: str, expect: Expect) -> bytes:
+    """The first bytes of the body, checked to be what ``expect`` says (not an HTML page)."""
+    try:
+        head = resp.raw.read(HEAD_BYTES, decode_content=True) or b""
+    except Exception as exc:  # urllib3 protocol / timeout errors
+        resp.close()
+        raise FetchError(f"mirror {mirror} dropped the connection before sending any data ({url}): {_short(exc)}",
+                         "try another mirror (--mirror NAME)") from exc
+    try:
+        check_head(head, resp.headers.get("Content-Type", ""), expect=expect, mirror=mirror, url=url)
+    except FetchError:
+        resp.close()
+        raise
+    return head
 
 
 # ---------------------------------------------------------------- Google Drive
@@ -318,26 +336,21 @@ def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = N
         first.close()
         raise FetchError(f"mirror {mirror} offers {total} bytes for {dest.name}, expected {expected_size} ({url})",
                          "the mirror serves a different file; try another mirror (--mirror NAME)")
+    head = _sniff(first, mirror, url, expect)
     body = _chunks(first, mirror, url, timeouts)
-    try:
-        head = next(body, b"")
-    except _Dropped:
-        head = b""
-    try:
-        check_head(head, first.headers.get("Content-Type", ""), expect=expect, mirror=mirror, url=url)
-    except FetchError:
-        body.close()
-        raise
 
     if ranges and total is not None:
-        body.close()
         plan = _Plan.load(state, total) if part.exists() else None
         if plan is None:
             have = part.stat().st_size if part.exists() and not state.exists() else 0
             have = min(have, total)
             plan = _Plan(total, ([_Segment(0, have, have)] if have else []) + _split(have, total, segments))
         resumed = sum(s.done for s in plan.segments)
-        digest = _fetch_segments(session, url, part, state, plan, mirror, timeouts, progress)
+        opener = [head, body]
+        try:
+            digest = _fetch_segments(session, url, part, state, plan, mirror, timeouts, progress, opener)
+        finally:
+            body.close()  # type: ignore[attr-defined]
         size, used = total, sum(1 for s in plan.segments if s.end > s.start)
     else:
         resumed = 0
@@ -390,8 +403,12 @@ def _prepend(head: bytes, body: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path, plan: _Plan, mirror: str,
-                    t: Timeouts, progress: ProgressFn | None) -> str:
-    """Fill the missing ranges of ``part`` in parallel threads while one thread hashes the file in order."""
+                    t: Timeouts, progress: ProgressFn | None, opener: list | None = None) -> str:
+    """Fill the missing ranges of ``part`` in parallel threads while one thread hashes the file in order.
+
+    ``opener`` is ``[head, body]`` of an open response from byte 0, used for a fresh segment at 0.
+    """
+    opener_seg = next((s for s in plan.segments if s.start == 0 and s.done == 0), None)
     with open(part, "ab"):
         pass
     fd = os.open(part, os.O_RDWR)
@@ -407,20 +424,27 @@ def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path
         def worker(seg: _Segment) -> None:
             attempts = 0
             while not seg.finished and not stop.is_set():
+                body: Iterator[bytes] | None = None
                 try:
-                    resp = _open(session, url, seg.pos, seg.end, t, mirror)
-                    if resp.status_code != 206:
-                        resp.close()
-                        raise FetchError(f"mirror {mirror} stopped honouring Range ({url})", "retry, or try another mirror")
-                    for chunk in _chunks(resp, mirror, url, t):
-                        if stop.is_set():
-                            return
+                    if seg is opener_seg and opener:
+                        body, head = opener[1], opener[0]  # the probe's response already streams from byte 0
+                        opener.clear()
+                        body = _prepend(head, body)
+                    else:
+                        resp = _open(session, url, seg.pos, seg.end, t, mirror)
+                        if resp.status_code != 206:
+                            resp.close()
+                            raise FetchError(f"mirror {mirror} stopped honouring Range ({url})", "retry, or try another mirror")
+                        body = _chunks(resp, mirror, url, t)
+                    for chunk in body:
                         chunk = chunk[: seg.end - seg.pos]
                         os.pwrite(fd, chunk, seg.pos)
                         with cond:
                             seg.done += len(chunk)
                             done_total[0] += len(chunk)
                             cond.notify_all()
+                        if stop.is_set():
+                            return
                         watch.check(done_total[0])
                         if progress:
                             progress(done_total[0], plan.total)
@@ -440,6 +464,8 @@ def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path
                     stop.set()
                     return
                 finally:
+                    if body is not None:
+                        body.close()  # type: ignore[attr-defined]
                     with cond:
                         cond.notify_all()
 
@@ -513,16 +539,8 @@ class Stream:
             self._resp.close()
             raise FetchError(f"mirror {mirror} offers {self.total} bytes, expected {expected_size} ({url})",
                              "the mirror serves a different file; try another mirror (--mirror NAME)")
+        self._head = _sniff(self._resp, mirror, url, expect)
         self._body = _chunks(self._resp, mirror, url, timeouts)
-        try:
-            self._head = next(self._body, b"")
-        except _Dropped:
-            self._head = b""
-        try:
-            check_head(self._head, self._resp.headers.get("Content-Type", ""), expect=expect, mirror=mirror, url=url)
-        except FetchError:
-            self.close()
-            raise
 
     def close(self) -> None:
         self._body.close()  # type: ignore[attr-defined]
