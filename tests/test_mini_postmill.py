@@ -1,0 +1,193 @@
+"""The mini reddit (Postmill) image: logins as WebArena's auto_login and BrowserGym's ui_login do them,
+the expiry probe, writes that land in PostgreSQL, server-side sessions and a clean SIGTERM stop."""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+import requests
+
+from conftest import Containers, wait_http
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini]
+
+PORT, SECOND_PORT = 18010, 18011
+BASE = f"http://127.0.0.1:{PORT}"
+USER, PASSWORD = "MarvelsGrantMan136", "test1234"
+PROBE = f"/user/{USER}/account"  # WebArena's expiry probe; keyword "Delete"
+
+
+def fingerprint(c: Containers, name: str) -> dict[str, tuple[int, int, str]]:
+    out = c.exec(name, "envctl-fingerprint").stdout
+    rows = [line.split("\t") for line in out.strip().splitlines()]
+    assert rows and all(len(r) == 4 for r in rows), out
+    return {t: (int(n), int(m), s) for t, n, m, s in rows}
+
+
+def start(c: Containers, image: str, port: int) -> tuple[str, float]:
+    t0 = time.monotonic()
+    name = c.run(image, ports={80: port})
+    wait_http(f"http://127.0.0.1:{port}/forums", timeout=60, ok=lambda r: r.status_code == 200,
+              logs=lambda: c.logs(name))
+    return name, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def forum(mini_image, module_containers: Containers) -> Iterator[str]:
+    image = mini_image("postmill")
+    name, took = start(module_containers, image, PORT)
+    print(f"\npostmill boot-to-ready: {took:.2f}s")
+    yield name
+
+
+def http_login(base: str = BASE) -> requests.Session:
+    s = requests.Session()
+    r = s.post(f"{base}/login_check", data={"_username": USER, "_password": PASSWORD}, allow_redirects=False)
+    assert r.status_code == 302 and r.headers["Location"] == "/", r.text[:300]
+    return s
+
+
+def test_image_labels_and_seed(forum: str, module_containers: Containers) -> None:
+    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/postmill:1"],
+                            capture_output=True, text=True, check=True).stdout
+    for want in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"reddit"', '"org.envctl.data-version":"1"'):
+        assert want in labels
+    fp = fingerprint(module_containers, forum)
+    assert set(fp) == {"users", "forums", "submissions", "comments", "submission_votes", "comment_votes"}
+    assert fp["users"][:2] == (5, 5) and fp["submissions"][:2] == (12, 12)
+    forums = requests.get(f"{BASE}/forums", timeout=10).text
+    for f in ("books", "gaming", "news"):
+        assert f'href="/f/{f}"' in forums
+    assert "A Christmas Carol" in requests.get(f"{BASE}/f/books", timeout=10).text
+    assert requests.get(f"{BASE}/forums/all", timeout=10).status_code == 200
+
+
+@pytest.mark.browser
+def test_auto_login_style_and_expiry_probe(forum: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/login")
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{BASE}/")
+        # auto_login's is_expired(): keyword "Delete" must be in the probe page's content.
+        page.goto(f"{BASE}{PROBE}")
+        assert page.url == f"{BASE}{PROBE}"
+        assert "Delete" in page.content()
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+def test_browsergym_ui_login_and_sign_out(forum: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(BASE)
+        page.get_by_role("link", name="Log in").click()
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.get_by_role("link", name="Log out").wait_for()
+        assert page.locator("#login-username").count() == 0
+        page.get_by_role("link", name="Log out").click()
+        page.get_by_role("link", name="Log in").wait_for()
+        page.goto(f"{BASE}{PROBE}")
+        assert page.url == f"{BASE}/login"  # a signed-out session is dead server-side
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+def test_wrong_password_shows_site_error(forum: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/login")
+        page.locator("#login-username").fill(USER)
+        page.locator("#login-password").fill("wrong-password")
+        page.get_by_role("button", name="Log in").click()
+        page.get_by_text("Invalid credentials.").wait_for()
+        assert page.url == f"{BASE}/login"
+        assert "Traceback" not in page.content()
+        page.goto(f"{BASE}{PROBE}")
+        assert page.url == f"{BASE}/login"
+    finally:
+        ctx.close()
+
+
+def test_expiry_probe_anonymous_redirects_to_login(forum: str) -> None:
+    r = requests.get(f"{BASE}{PROBE}", allow_redirects=False, timeout=10)
+    assert r.status_code == 302 and r.headers["Location"] == "/login"
+    r = requests.get(f"{BASE}/user/{USER}/account", cookies={"PHPSESSID": "forged"}, allow_redirects=False, timeout=10)
+    assert r.status_code == 302
+
+
+@pytest.mark.browser
+def test_writes_land_in_db_and_change_fingerprint(forum: str, module_containers: Containers, browser) -> None:
+    before = fingerprint(module_containers, forum)
+    s = http_login()
+    # New submission.
+    r = s.post(f"{BASE}/submit", data={"submission[title]": "envctl mini test post", "submission[body]": "hello",
+                                       "submission[forum]": "2"}, allow_redirects=False)
+    assert r.status_code == 302 and r.headers["Location"].startswith("/f/gaming/13/")
+    post = s.get(f"{BASE}{r.headers['Location']}").text
+    assert "envctl mini test post" in post
+    # Comment and vote on it.
+    r = s.post(f"{BASE}/f/gaming/13/-/comment", data={"reply_to_submission_13[comment]": "first!"}, allow_redirects=False)
+    assert r.status_code == 302
+    assert "first!" in s.get(f"{BASE}{r.headers['Location']}").text
+    assert s.post(f"{BASE}/sv/13", data={"choice": "1"}, allow_redirects=False).status_code == 302
+    after_post = fingerprint(module_containers, forum)
+    assert after_post["submissions"][:2] == (before["submissions"][0] + 1, 13)
+    assert after_post["comments"][0] == before["comments"][0] + 1
+    assert after_post["submission_votes"][0] == before["submission_votes"][0] + 1
+
+    # Biography edit through the UI, checked like WebArena task 400's program_html evaluator.
+    bio = "Pro Python Developer with 20 years of Experience"
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/login")
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{BASE}/")
+        page.goto(f"{BASE}/user/{USER}/edit_biography")
+        page.get_by_label("Biography").fill(bio)
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_url(f"{BASE}/user/{USER}")
+        assert page.evaluate("() => document.querySelector('.user-bio__biography').outerText") == bio
+    finally:
+        ctx.close()
+    after_bio = fingerprint(module_containers, forum)
+    assert after_bio["users"][:2] == after_post["users"][:2] and after_bio["users"][2] != after_post["users"][2]
+    # Logging in (sessions table) is not agent state: the fingerprint only moved because of the writes.
+    http_login()
+    assert fingerprint(module_containers, forum) == after_bio
+
+
+def test_recreated_container_is_pristine_and_stops_cleanly(forum: str, containers: Containers, mini_image) -> None:
+    s = http_login()
+    assert s.get(f"{BASE}{PROBE}", allow_redirects=False).status_code == 200
+    fresh, took = start(containers, mini_image("postmill"), SECOND_PORT)
+    print(f"\npostmill second boot-to-ready: {took:.2f}s")
+    fresh_base = f"http://127.0.0.1:{SECOND_PORT}"
+    r = requests.get(f"{fresh_base}{PROBE}", cookies=s.cookies.get_dict(), allow_redirects=False, timeout=10)
+    assert r.status_code == 302 and r.headers["Location"] == "/login"
+    fp = fingerprint(containers, fresh)
+    assert fp["submissions"][:2] == (12, 12) and fp["comments"][:2] == (15, 15)
+
+    t0 = time.monotonic()
+    subprocess.run(["docker", "stop", "-t", "20", fresh], check=True, capture_output=True)
+    took = time.monotonic() - t0
+    code = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", fresh], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    logs = containers.logs(fresh)
+    assert code == "0", logs
+    assert "database system is shut down" in logs
+    assert took < 10, f"docker stop took {took:.1f}s"
