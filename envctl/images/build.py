@@ -80,3 +80,29 @@ def build_mini(names: Iterable[str] | None = None, *, progress: Callable[[str], 
         if spec.name == "base" or wanted is None or spec.name in wanted:
             times[spec.tag] = build(spec, progress=progress)
     return times
+
+
+def build_for_sites(catalog: "object", sites: list[str], flavor: str, *,
+                    progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Build every image the named sites need in ``flavor`` that envctl builds itself, plus the proxy."""
+    from envctl.provision.proxy import PROXY_DIR, PROXY_IMAGE
+
+    dirs: list[str] = []
+    for name in sites:
+        site = catalog.site(name)  # type: ignore[attr-defined]
+        for svc in site.services_for(flavor):
+            b = site.services[svc].flavors[flavor].build
+            if b and b not in dirs:
+                dirs.append(b)
+    specs = {s.name: s for s in mini_builds()}
+    unknown = [d for d in dirs if d not in specs]
+    if unknown:
+        raise BuildFailed(f"no build context for {', '.join(unknown)} under {MINI_DIR}",
+                          "check the catalog's 'build' entries")
+    times: dict[str, float] = {}
+    if dirs:
+        times[specs["base"].tag] = build(specs["base"], progress=progress)
+    for d in dirs:
+        times[specs[d].tag] = build(specs[d], progress=progress)
+    times[PROXY_IMAGE] = build(ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR), progress=progress)
+    return times

@@ -1,0 +1,14 @@
+"""envctl: provision, reset and verify the self-hosted WebArena / VisualWebArena sites."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["Lab", "__version__"]
+
+
+def __getattr__(name: str):  # lazy, so `envctl --help` does not import Docker wrappers
+    if name == "Lab":
+        from envctl.lab import Lab
+
+        return Lab
+    raise AttributeError(name)

@@ -1,0 +1,368 @@
+"""envctl command line: thin Click commands that call ``envctl.Lab`` and render the result.
+
+Errors: every ``EnvctlError`` becomes one line ``error: ... ; hint`` and its exit code (1 runtime,
+2 usage); anything unexpected prints one line and writes the traceback to a debug log.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from envctl import __version__
+from envctl.errors import EnvctlError
+
+SITE_HELP = "site names from the catalog (see 'envctl sites list')"
+
+
+class Ctx:
+    def __init__(self, catalog_path: str | None) -> None:
+        self.catalog_path = catalog_path
+        self._catalog = None
+
+    @property
+    def catalog(self):  # noqa: ANN201 - lazy so --help and --version never parse YAML
+        if self._catalog is None:
+            from envctl.catalog import load_catalog
+
+            self._catalog = load_catalog(self.catalog_path)
+        return self._catalog
+
+    def lab(self, instance: str = "default", auth_dir: str | None = None):  # noqa: ANN201
+        from envctl.lab import Lab
+
+        return Lab(self.catalog, instance=instance, auth_dir=auth_dir)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except EnvctlError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted; nothing half-done is kept as ready — run the command again to finish", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one boundary for unexpected errors
+            log = Path(tempfile.gettempdir()) / "envctl-debug.log"
+            log.write_text(traceback.format_exc())
+            click.echo(f"error: unexpected {type(exc).__name__}: {exc} (traceback in {log}; please report it)", err=True)
+            sys.exit(1)
+
+    return inner
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="machine-readable output")(fn)
+
+
+def instance_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--instance", "-i", default=lambda: os.environ.get("ENVCTL_INSTANCE", "default"),
+                        show_default="default", help="instance name (ENVCTL_INSTANCE)")(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envctl")
+@click.option("--catalog", type=click.Path(dir_okay=False), envvar="ENVCTL_CATALOG",
+              help="site catalog YAML (default: the built-in one; env ENVCTL_CATALOG)")
+@click.pass_context
+def cli(ctx: click.Context, catalog: str | None) -> None:
+    """Provision, reset and verify the WebArena / VisualWebArena sites for web-agent evaluation."""
+    ctx.obj = Ctx(catalog)
+
+
+# -- sites ---------------------------------------------------------------------------------------
+@cli.group()
+def sites() -> None:
+    """What the catalog knows about each site."""
+
+
+@sites.command("list")
+@json_option
+@pass_ctx
+@handle_errors
+def sites_list(ctx: Ctx, as_json: bool) -> None:
+    """Every site with its ports, flavors, benchmarks and reset tier."""
+    from envctl.render import emit_json, table
+
+    rows = []
+    for name, s in ctx.catalog.sites.items():
+        rows.append({"site": name, "title": s.title, "benchmarks": list(s.benchmarks),
+                     "ports": s.public_ports(), "flavors": list(s.flavors), "reset": s.reset.tier,
+                     "login": s.login.account if s.login else None})
+    if as_json:
+        return emit_json(rows)
+    table(None, ["site", "title", "ports", "flavors", "benchmarks", "reset", "login"],
+          [[r["site"], r["title"], ", ".join(f"{k}:{v}" if len(r["ports"]) > 1 else str(v) for k, v in r["ports"].items()),
+            ",".join(r["flavors"]), ",".join(r["benchmarks"]), r["reset"], r["login"] or "-"] for r in rows])
+
+
+@sites.command("show")
+@click.argument("site")
+@json_option
+@pass_ctx
+@handle_errors
+def sites_show(ctx: Ctx, site: str, as_json: bool) -> None:
+    """Everything the catalog knows about SITE (passwords and secrets masked)."""
+    from envctl.catalog import Deployment, Renderer
+    from envctl.provision.local import mask
+    from envctl.render import console, emit_json
+
+    import json
+
+    s = ctx.catalog.site(site)
+    data = s.model_dump(mode="json")
+    text = mask(s, json.dumps(data))
+    data = json.loads(text)
+    r = Renderer(ctx.catalog, site, Deployment())
+    data["rendered_for_127.0.0.1"] = {f: [mask(s, " ".join(r.argv(st.run))) for st in s.steps(f)] for f in s.flavors}
+    if as_json:
+        return emit_json(data)
+    import yaml
+
+    console.print(yaml.safe_dump({site: data}, sort_keys=False, width=110))
+
+
+# -- doctor --------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--flavor", default="full", show_default=True, help="flavor whose needs are checked")
+@click.option("--port-offset", type=int, default=0)
+@click.option("--bind", default="127.0.0.1", show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str, port_offset: int, bind: str, as_json: bool) -> None:
+    """Check this machine for 'envctl up': engine, storage driver, disk, RAM, ports, images, browser."""
+    from envctl.doctor import run_doctor
+    from envctl.render import emit_json, table
+
+    report = run_doctor(ctx.catalog, list(site_names) or None, flavor=flavor, port_offset=port_offset, bind=bind)
+    if as_json:
+        emit_json(report)
+    else:
+        table(None, ["check", "status", "detail", "fix"],
+              [[c["check"], {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}[c["status"]],
+                c["detail"], c.get("fix") or ""] for c in report["checks"]])
+    if not report["ok"]:
+        sys.exit(1)
+
+
+# -- images --------------------------------------------------------------------------------------
+@cli.group()
+def images() -> None:
+    """Get, build, verify and move the sites' images."""
+
+
+@images.command("build")
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--flavor", default="mini", show_default=True, type=click.Choice(["mini", "full"]),
+              help="mini: every mini image; full: the images envctl builds itself (homepage)")
+@json_option
+@pass_ctx
+@handle_errors
+def images_build(ctx: Ctx, site_names: tuple[str, ...], flavor: str, as_json: bool) -> None:
+    """Build the images envctl makes itself (mini flavor, homepage, front proxy)."""
+    from envctl.images.build import build_for_sites
+    from envctl.render import emit_json, err_console
+
+    names = ctx.catalog.resolve(list(site_names) or None)
+    times = build_for_sites(ctx.catalog, names, flavor,
+                            progress=None if as_json else (lambda m: err_console.print(m)))
+    if as_json:
+        emit_json({"built": {k: round(v, 2) for k, v in times.items()}})
+
+
+# -- lifecycle -----------------------------------------------------------------------------------
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--all", "all_sites", is_flag=True, help="every site of the catalog")
+@click.option("--flavor", type=str, default=None, help="full (upstream images) or mini [default: full, or the instance's]")
+@instance_option
+@click.option("--public-host", default=None, help="host name the browser and harness use [127.0.0.1]")
+@click.option("--bind", default=None, help="address the public ports bind to [127.0.0.1]")
+@click.option("--port-offset", type=int, default=None, help="add N to every public port [0]")
+@click.option("--no-wait", is_flag=True, help="do not wait for health probes")
+@click.option("--login/--no-login", default=True, show_default=True, help="seed login state files when healthy")
+@click.option("--auth-dir", default=None, help="where login state files go [.auth]")
+@json_option
+@pass_ctx
+@handle_errors
+def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | None, instance: str,
+       public_host: str | None, bind: str | None, port_offset: int | None, no_wait: bool, login: bool,
+       auth_dir: str | None, as_json: bool) -> None:
+    """Start sites (all by default), configure them and wait until every one is healthy."""
+    from envctl.render import SiteProgress, emit_json, table
+
+    lab = ctx.lab(instance, auth_dir)
+    if not site_names and not all_sites:
+        all_sites = True
+    with SiteProgress(json_events=as_json) as progress:
+        result = lab.up(list(site_names), all_sites=all_sites, flavor=flavor, public_host=public_host, bind=bind,
+                        port_offset=port_offset, wait=not no_wait, login=login, progress=progress)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        table(f"instance {result.instance} ({result.flavor}) in {result.seconds:.1f}s",
+              ["site", "url", "state", "create", "boot", "configure", "healthy"],
+              [[s.site, s.url, "[green]healthy[/]" if s.ok else f"[red]{s.action}[/]",
+                *(f"{s.timings[k]:.1f}s" if k in s.timings else "-" for k in ("create", "boot", "configure", "healthy"))]
+               for s in result.sites])
+        for s in result.sites:
+            if not s.ok:
+                click.echo(f"error: {s.site}: {s.error}", err=True)
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@instance_option
+@click.option("--volumes", is_flag=True, help="also remove the instance's named volumes")
+@json_option
+@pass_ctx
+@handle_errors
+def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, volumes: bool, as_json: bool) -> None:
+    """Stop and remove what envctl made for the instance (only that, found by label)."""
+    from envctl.render import emit_json
+
+    result = ctx.lab(instance).down(list(site_names) or None, volumes=volumes)
+    if as_json:
+        return emit_json(result)
+    click.echo(f"removed {len(result['removed'])} containers of instance '{instance}'")
+
+
+@cli.command()
+@instance_option
+@json_option
+@pass_ctx
+@handle_errors
+def status(ctx: Ctx, instance: str, as_json: bool) -> None:
+    """Per site: containers, roles, health (each probe with latency), URL, flavor, image, uptime."""
+    from envctl.render import emit_json, table
+
+    st = ctx.lab(instance).status()
+    if as_json:
+        return emit_json(st)
+    if not st["running"]:
+        click.echo(f"instance '{instance}' is not running (start it with 'envctl up')")
+        sys.exit(3)
+    rows = []
+    for s in st["sites"]:
+        probes = " ".join(f"{p['name']}:{'ok' if p['ok'] else 'FAIL'}({p['latency_ms']:.0f}ms)" for p in s["probes"])
+        active = [c for c in s["containers"] if c["role"] == "active"]
+        rows.append([s["site"], s["url"], "[green]healthy[/]" if s["healthy"] else "[red]unhealthy[/]", probes,
+                     active[0]["image"] if active else "-", f"{active[0]['uptime_s']:.0f}s" if active else "-",
+                     s["spares_ready"]])
+    table(f"instance {instance} ({st['flavor']}, {st['public_host']}, bind {st['bind']})",
+          ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+
+
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@instance_option
+@click.option("--wait", is_flag=True, help="wait (up to each site's deadline) until healthy")
+@json_option
+@pass_ctx
+@handle_errors
+def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_json: bool) -> None:
+    """Run the sites' health probes now."""
+    from envctl.render import emit_json, table
+
+    res = ctx.lab(instance).health(list(site_names) or None, wait=wait)
+    ok = all(p.ok for ps in res.values() for p in ps)
+    if as_json:
+        emit_json({"ok": ok, "sites": {k: [p.to_dict() for p in v] for k, v in res.items()}})
+    else:
+        table(None, ["site", "probe", "ok", "latency", "detail"],
+              [[s, p.name, "ok" if p.ok else "[red]FAIL[/]", f"{p.latency_ms:.0f}ms", p.detail[:80]]
+               for s, ps in res.items() for p in ps])
+    if not ok:
+        sys.exit(1)
+
+
+@cli.command("env")
+@click.option("--format", "fmt", type=click.Choice(["shell", "dotenv", "json", "browsergym", "agentlab"]),
+              default="shell", show_default=True)
+@click.option("--benchmark", type=click.Choice(["webarena", "visualwebarena"]), default="webarena",
+              show_default=True, help="which harness's names (shell/dotenv)")
+@instance_option
+@pass_ctx
+@handle_errors
+def env_cmd(ctx: Ctx, fmt: str, benchmark: str, instance: str) -> None:
+    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym or AgentLab expect them."""
+    from envctl.envformat import format_env
+
+    click.echo(format_env(ctx.lab(instance), fmt, benchmark), nl=False)
+
+
+@cli.command()
+@json_option
+@pass_ctx
+@handle_errors
+def instances(ctx: Ctx, as_json: bool) -> None:
+    """Every envctl instance on this engine with its URL set."""
+    from envctl.lab import Lab
+    from envctl.render import emit_json, table
+
+    found = Lab.instances()
+    if as_json:
+        return emit_json(found)
+    table(None, ["instance", "flavor", "state", "bind", "offset", "sites", "homepage"],
+          [[i["instance"], i["flavor"], i["state"], i["bind"], i["port_offset"], ",".join(i["sites"]),
+            i["webarena"].get("HOMEPAGE", "")] for i in found])
+
+
+@cli.command()
+@click.argument("site")
+@click.option("--service", default=None, help="service of a multi-container site (e.g. db)")
+@click.option("-f", "--follow", is_flag=True)
+@click.option("--tail", type=int, default=100, show_default=True)
+@instance_option
+@pass_ctx
+@handle_errors
+def logs(ctx: Ctx, site: str, service: str | None, follow: bool, tail: int, instance: str) -> None:
+    """Logs of a site's active container."""
+    lab = ctx.lab(instance)
+    if follow:
+        from envctl.provision.docker import stream_logs
+
+        for chunk in stream_logs(lab.container(site, service)):
+            click.echo(chunk, nl=False)
+    else:
+        click.echo(lab.logs(site, service=service, tail=tail), nl=False)
+
+
+@cli.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("site")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--service", default=None)
+@instance_option
+@pass_ctx
+@handle_errors
+def exec_cmd(ctx: Ctx, site: str, argv: tuple[str, ...], service: str | None, instance: str) -> None:
+    """Run a command in a site's active container: envctl exec shopping -- mysql -e 'SELECT 1'."""
+    rc, out = ctx.lab(instance).exec(site, list(argv), service=service)
+    click.echo(out)
+    sys.exit(rc)
+
+
+def main() -> None:
+    cli(prog_name="envctl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""``envctl doctor``: what on this machine blocks ``envctl up``, and how to fix it."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from typing import Any
+
+from envctl.catalog import Catalog
+from envctl.errors import EnvctlError
+
+
+def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict[str, Any]:
+    return {"check": name, "status": status, "detail": detail, "fix": fix}
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _mem_bytes(text: str | None) -> int:
+    if not text:
+        return 0
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(text[:-1]) * units[text[-1]]
+
+
+def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
+               bind: str = "127.0.0.1") -> dict[str, Any]:
+    from envctl.provision import docker as dk
+
+    names = [n for n in catalog.resolve(sites) if flavor in catalog.site(n).flavors]
+    checks = []
+    root = "/var/lib/docker"
+    engine_ok = False
+    try:
+        info = dk.engine_info()
+        engine_ok = True
+        root = info["docker_root_dir"]
+        checks.append(_check("docker engine", "ok", f"server {info['server_version']}, {info['ncpu']} CPUs"))
+        drv = info["storage_driver"]
+        checks.append(_check("storage driver", "ok" if drv in ("overlay2", "overlayfs") else "warn", drv,
+                             None if drv in ("overlay2", "overlayfs") else "use overlay2 for fast container starts and commits"))
+    except EnvctlError as exc:
+        checks.append(_check("docker engine", "fail", exc.message, exc.hint))
+
+    need_disk = 0
+    missing_images: list[str] = []
+    for n in names:
+        site = catalog.site(n)
+        for a in site.flavors[flavor].artifacts:
+            need_disk += (a.loaded_size or a.size or 0)
+        if engine_ok:
+            for svc in site.services_for(flavor):
+                img = site.services[svc].flavors[flavor].image
+                if img not in missing_images and not dk.image_exists(img):
+                    missing_images.append(img)
+    probe_dir = root if os.path.exists(root) else "/"
+    free = shutil.disk_usage(probe_dir).free
+    if flavor == "full":
+        status = "ok" if free >= need_disk else "fail"
+        checks.append(_check("disk", status, f"{_gb(free)} free on {probe_dir}; the {flavor} images need about {_gb(need_disk)}",
+                             None if status == "ok" else "free disk space or move Docker's data-root to a larger volume"))
+    else:
+        checks.append(_check("disk", "ok" if free > 5e9 else "warn", f"{_gb(free)} free on {probe_dir}"))
+
+    need_mem = sum(_mem_bytes(catalog.site(n).services[s].flavors[flavor].memory or catalog.site(n).services[s].memory)
+                   for n in names for s in catalog.site(n).services_for(flavor))
+    try:
+        avail = int(next(line for line in open("/proc/meminfo") if line.startswith("MemAvailable")).split()[1]) * 1024
+        st = "ok" if avail >= need_mem else "warn"
+        checks.append(_check("memory", st, f"{_gb(avail)} available; the sites' memory hints add up to {_gb(need_mem)}",
+                             None if st == "ok" else "start fewer sites at once, or use a larger host"))
+    except (OSError, StopIteration):
+        checks.append(_check("memory", "warn", "cannot read /proc/meminfo"))
+
+    if engine_ok:
+        if missing_images:
+            hint = ("envctl images build --flavor mini" if flavor == "mini" else
+                    "envctl images get " + " ".join(names))
+            checks.append(_check("images", "fail", f"missing: {', '.join(missing_images)}", hint))
+        else:
+            checks.append(_check("images", "ok", f"all {flavor} images present"))
+
+    busy = []
+    owned: set[int] = set()
+    if engine_ok:
+        from envctl.provision import proxy
+
+        for c in dk.containers(role="proxy"):
+            owned |= {int(p) for p in dk.label(c, "ports").split(",") if p}
+    for n in names:
+        site = catalog.site(n)
+        for svc, p in site.public_ports().items():
+            if flavor not in site.services[svc].flavors:
+                continue
+            port = p + port_offset
+            if port in owned:
+                continue
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((bind, port))
+                except OSError:
+                    busy.append(f"{port} ({n})")
+    checks.append(_check("ports", "fail" if busy else "ok",
+                         f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",
+                         "stop what holds them, or pass --port-offset N" if busy else None))
+
+    chromium = os.environ.get("ENVCTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    checks.append(_check("browser", "ok" if chromium else "warn", chromium or "no chromium found (needed for login state and smoke)",
+                         None if chromium else "apt-get install chromium (or set ENVCTL_CHROMIUM)"))
+    return {"ok": all(c["status"] != "fail" for c in checks), "flavor": flavor, "sites": names, "checks": checks}

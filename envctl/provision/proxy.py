@@ -1,0 +1,142 @@
+"""The instance's front proxy: one nginx container that owns every public port.
+
+Which backend container serves a site is the proxy's routing table, kept inside the proxy
+container (``/etc/nginx/envctl/state.json``, rendered to ``routes.conf``). Switching a site to
+another copy (a reset's spare swap) rewrites the table and reloads nginx gracefully: in-flight
+requests on every site finish, no URL changes. Because the table lives in the container that
+applies it, it cannot drift from what is actually routed, and ``down`` removes it with the proxy.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from python_on_whales import docker
+
+from envctl.errors import DockerError
+from envctl.images.build import ImageBuild, build
+from envctl.provision import docker as dk
+
+PROXY_IMAGE = "envctl/proxy:1"
+PROXY_DIR = Path(__file__).resolve().parents[1] / "images" / "proxy"
+
+
+@dataclass
+class Route:
+    backend: str  # container name
+    port: int  # container port of the backend
+
+
+@dataclass
+class ProxyState:
+    """Routing table: public port -> backend, plus which copy (slot) of each site is active."""
+
+    routes: dict[str, Route] = field(default_factory=dict)  # str(public port) -> Route
+    active: dict[str, str] = field(default_factory=dict)  # site -> slot
+    spares: dict[str, list[str]] = field(default_factory=dict)  # site -> verified, ready slots
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProxyState":
+        raw = json.loads(text or "{}")
+        routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
+        return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {})
+
+    def to_json(self) -> str:
+        return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()},
+                           "active": self.active, "spares": self.spares}, indent=1, sort_keys=True)
+
+
+def proxy_name(instance: str) -> str:
+    return f"envctl-{instance}-proxy"
+
+
+def ensure_image() -> None:
+    if not dk.image_exists(PROXY_IMAGE):
+        build(ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR))
+
+
+def render(state: ProxyState, ports: list[int]) -> str:
+    out = []
+    for port in sorted(ports):
+        r = state.routes.get(str(port))
+        if r is None:
+            out.append(f"server {{ listen {port}; location / {{ default_type text/plain; "
+                       f"return 503 'envctl: no site is active on port {port}\\n'; }} }}")
+            continue
+        out.append(
+            f"server {{\n  listen {port};\n  location / {{\n"
+            f"    set $backend \"{r.backend}:{r.port}\";\n"
+            "    proxy_pass http://$backend;\n"
+            "    proxy_set_header Host $http_host;\n"
+            "    proxy_set_header X-Real-IP $remote_addr;\n"
+            "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
+            "    proxy_set_header X-Forwarded-Proto $scheme;\n"
+            "    proxy_set_header Upgrade $http_upgrade;\n"
+            "    proxy_set_header Connection $connection_upgrade;\n"
+            "  }\n}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def published_ports(instance: str) -> list[int]:
+    c = dk.inspect(proxy_name(instance))
+    if c is None:
+        return []
+    raw = dk.label(c, "ports")
+    return [int(p) for p in raw.split(",") if p]
+
+
+def read_state(instance: str) -> ProxyState | None:
+    """The live routing table, or None when the instance has no (running) proxy."""
+    c = dk.inspect(proxy_name(instance))
+    if c is None or not c.state.running:
+        return None
+    rc, out = dk.exec_argv(c, ["cat", "/etc/nginx/envctl/state.json"])
+    if rc != 0:
+        raise DockerError(f"cannot read the routing table of {proxy_name(instance)}: {out}")
+    return ProxyState.from_json(out)
+
+
+def apply(instance: str, state: ProxyState) -> None:
+    """Install a new routing table atomically and reload nginx gracefully."""
+    name = proxy_name(instance)
+    ports = published_ports(instance)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "staged"
+        staged.mkdir()
+        (staged / "routes.conf").write_text(render(state, ports))
+        (staged / "state.json").write_text(state.to_json())
+        dk.copy_to(name, staged / "routes.conf", "/etc/nginx/envctl/staged/routes.conf")
+        dk.copy_to(name, staged / "state.json", "/etc/nginx/envctl/staged/state.json")
+    rc, out = dk.exec_argv(name, ["envctl-proxy-apply"])
+    if rc != 0:
+        raise DockerError(f"proxy {name} rejected the routing table: {out}")
+
+
+def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
+           state: ProxyState | None = None) -> None:
+    """(Re)create the proxy publishing ``ports`` on ``bind``; keeps ``state`` when given."""
+    ensure_image()
+    name = proxy_name(instance)
+    dk.remove([name])
+    spec = dk.RunSpec(
+        name=name,
+        image=PROXY_IMAGE,
+        labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports))},
+        network=network,
+        publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
+        memory="256m",
+    )
+    dk.run(spec)
+    dk.wait_running(name)
+    apply(instance, state or ProxyState())
+
+
+def remove(instance: str) -> None:
+    dk.remove([proxy_name(instance)])
+
+
+__all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
+           "remove", "published_ports", "docker"]
