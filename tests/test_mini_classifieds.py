@@ -115,6 +115,15 @@ def test_missing_trailing_slash_breaks_links_like_upstream(site: Site) -> None:
     assert f'href="http://127.0.0.1:{NO_SLASH_PORT}index.php?page=login"' in r.text
 
 
+def test_unreachable_db_gives_an_error_page_not_a_trace(site: Site) -> None:
+    port = NO_SLASH_PORT + 1
+    web = site.containers.run(site.web_image, network=site.network, ports={9980: port},
+                              env={"CLASSIFIEDS": f"http://127.0.0.1:{port}/", "DB_HOST": "no-such-db"})
+    r = wait_http(f"http://127.0.0.1:{port}/index.php?page=login", ok=lambda r: r.status_code == 503,
+                  logs=lambda: site.containers.logs(web))
+    assert "Cannot connect to the database" in r.text and "Traceback" not in r.text
+
+
 @pytest.mark.browser
 def test_login_and_expiry_probe(site: Site, browser, pristine: str) -> None:
     probe = site.url("page=user&action=items")

@@ -22,7 +22,7 @@ import zlib
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 DB_HOST = os.environ.get("DB_HOST", "db")
 DB_USER = os.environ.get("DB_USER", "root")
@@ -79,8 +79,6 @@ def take_flash() -> str:
     raw = request.cookies.get(FLASH_COOKIE)
     if not raw:
         return ""
-    from urllib.parse import unquote
-
     kind, _, message = unquote(raw).partition("|")
     g.clear_flash = True
     return f'<div id="flashmessage" class="flashmessage flashmessage-{esc(kind)}">{esc(message)}</div>'
@@ -587,15 +585,20 @@ def upload(folder: int, name: str) -> Response:
 
 
 @app.errorhandler(Exception)
-def _db_down(exc: Exception) -> Response:
-    """Osclass shows a plain error page when MySQL is unreachable; never a stack trace."""
+def _error_page(exc: Exception) -> Response:
+    """A plain error page (as Osclass shows when MySQL is unreachable), never a stack trace."""
     from werkzeug.exceptions import HTTPException
 
     if isinstance(exc, HTTPException):
         return exc  # type: ignore[return-value]
+    import pymysql
+
     app.logger.error("request failed: %s: %s", type(exc).__name__, exc)
-    return html_response("<!DOCTYPE html><html><head><title>Error</title></head><body>"
-                         "<p>Cannot connect to the database. Please try again later.</p></body></html>", 503)
+    if isinstance(exc, pymysql.err.OperationalError):
+        message, status = "Cannot connect to the database. Please try again later.", 503
+    else:
+        message, status = "An error occurred while processing your request.", 500
+    return html_response(f"<!DOCTYPE html><html><head><title>Error</title></head><body><p>{message}</p></body></html>", status)
 
 
 if __name__ == "__main__":
