@@ -110,7 +110,7 @@ def check_head(head: bytes, content_type: str, *, expect: Expect, mirror: str, u
             f"mirror {mirror} returned an HTML page instead of the file ({url})",
             "the link is probably dead or needs a login; try another mirror (--mirror NAME)",
         )
-    if expect == "tar" and not looks_like_tar(head):
+    if expect == "tar" and not (looks_like_tar(head) or head.startswith(b"\x1f\x8b")):  # docker load takes tar.gz too
         raise FetchError(f"mirror {mirror} did not return a tar archive ({url}): first bytes {head[:16]!r}",
                          "try another mirror (--mirror NAME)")
     if expect == "zim" and not head.startswith(b"ZIM\x04"):
@@ -184,6 +184,10 @@ def _total_and_ranges(resp: requests.Response) -> tuple[int | None, bool]:
 
 def _short(exc: BaseException) -> str:
     text = str(exc)
+    for marker, why in (("NameResolutionError", "its host name does not resolve"), ("Connection refused", "connection refused"),
+                        ("timed out", "timed out"), ("Connection reset", "connection reset")):
+        if marker in text:
+            return why
     return text if len(text) < 200 else text[:200] + "..."
 
 
