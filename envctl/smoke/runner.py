@@ -132,9 +132,17 @@ def negative_control(tasks: list[Task]) -> Task | None:
     return None
 
 
+# Sites that may share one backend (the mini flavor serves both from one Magento container), so a
+# reset of one can disturb the other: always run them in the same group.
+COUPLED_SITES = (("shopping", "shopping_admin"),)
+
+
 def site_groups(tasks: list[Task]) -> list[list[Task]]:
     """Partition tasks into groups whose site sets are disjoint (union-find), keeping file order."""
     parent: dict[str, str] = {}
+    for a, b in COUPLED_SITES:
+        parent[b] = a
+        parent.setdefault(a, a)
 
     def find(s: str) -> str:
         while parent.setdefault(s, s) != s:
@@ -205,19 +213,27 @@ def _do_reset(task: Task, ctx: _Context, why: str) -> None:
 
 
 def _state_checks(browser: Browser, task: Task, ctx: _Context, phase: str) -> list[Check]:
-    """program_html fixed-URL targets on a fresh context; each passes when the change is ABSENT."""
+    """Score the fixed-URL program_html targets on a fresh context; passes when the task would FAIL.
+
+    Before acting and after a reset the task's own check must score 0 as a whole (product over
+    targets), so a ``must_exclude`` target that holds in the pristine state does not count as a change.
+    """
     targets = [t for t in task.eval.get("program_html") or [] if t.get("url", "last") != "last"]
     if not targets:
-        return [Check(f"{phase}", None, "no fixed-URL program_html target to re-check")]
+        return [Check(phase, None, "no fixed-URL program_html target to re-check")]
     context = _new_context(browser, task, ctx)
     try:
         page = context.new_page()
         page.goto(task.start_urls[0], wait_until="load")
-        raw = program_html_checks(targets, page, helpers=Helpers(ctx.env))
+        raw = Evaluation(program_html_checks(targets, page, helpers=Helpers(ctx.env)))
     finally:
         context.close()
-    return [Check(f"{phase}.{c.name}", None if c.score is None else 1.0 - c.score,
-                  ("change absent" if c.score == 0 else "change PRESENT") + f" ({c.detail})") for c in raw]
+    details = "; ".join(f"{c.name}={c.score}" for c in raw.checks)
+    if raw.score is None:
+        return [Check(phase, None, f"could not score the state: {raw.reason}")]
+    if raw.score == 0:
+        return [Check(phase, 1.0, f"change absent ({details})")]
+    return [Check(phase, 0.0, f"change PRESENT: {details}; " + "; ".join(c.detail for c in raw.checks))]
 
 
 def _run_agent(browser: Browser, task: Task, ctx: _Context, recipe: list[Any] | None) -> tuple[Trajectory, Any, Any]:
