@@ -853,19 +853,23 @@ def make_app(cfg: GitlabConfig) -> Any:
 
 
 def serve_app() -> None:
-    """Serve with the applied config; SIGHUP re-execs this process so a reconfigure takes effect."""
-    cfg = applied_config()
+    """Serve with the applied config; SIGHUP re-execs this process so a reconfigure takes effect.
+
+    Order matters for a reconfigure racing with boot: the SIGHUP handler exists before the pidfile
+    announces this process, and the config is read only after that, so a reconfigure either signals
+    us or has already written the config we are about to read.
+    """
+
+    def reexec(*_: object) -> None:
+        print("gitlab: SIGHUP, restarting puma with the applied configuration", flush=True)
+        os.execv(sys.executable, [sys.executable, "-m", "miniweb.sites.gitlab", "serve"])
+
+    signal.signal(signal.SIGHUP, reexec)
     os.makedirs(os.path.dirname(PIDFILE), exist_ok=True)
     with open(PIDFILE + ".tmp", "w") as f:
         f.write(f"{os.getpid()}\n{time.time_ns()}\n")
     os.replace(PIDFILE + ".tmp", PIDFILE)
-
-    def reexec(*_: object) -> None:
-        print("gitlab: SIGHUP, restarting puma with the applied configuration", flush=True)
-        sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "miniweb.sites.gitlab", "serve"])
-
-    signal.signal(signal.SIGHUP, reexec)
+    cfg = applied_config()
     print(f"gitlab: external_url {cfg.external_url}", flush=True)
     serve(make_app(cfg), cfg.port)
 

@@ -1,0 +1,236 @@
+"""The mini GitLab image, driven like the omnibus one: upstream run command, the README's configure
+steps via docker exec, both login styles, the expiry probe, writes (UI and API) that land in
+PostgreSQL, server-side sessions in a recreated container and a clean SIGTERM stop."""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+import requests
+
+from conftest import Containers, wait_http
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini]
+
+PORT, SECOND_PORT = 18023, 18024
+BASE = f"http://127.0.0.1:{PORT}"
+USER, PASSWORD = "byteblaze", "hello1234"
+TOKEN = "glpat-envctlMiniByteblaze1"
+RUN_CMD = ["/opt/gitlab/embedded/bin/runsvdir-start"]
+
+
+def configure(c: Containers, name: str, port: int) -> subprocess.CompletedProcess:
+    """The upstream README steps, verbatim apart from the host (gasse's puma line included)."""
+    c.exec(name, "sed", "-i", f"s|^external_url.*|external_url 'http://127.0.0.1:{port}'|", "/etc/gitlab/gitlab.rb")
+    c.exec(name, "bash", "-c", "printf '\\n\\npuma[\"worker_processes\"] = 4' >> /etc/gitlab/gitlab.rb")
+    return c.exec(name, "gitlab-ctl", "reconfigure")
+
+
+def start(c: Containers, image: str, port: int) -> tuple[str, float]:
+    t0 = time.monotonic()
+    # Container port = public port, as for the real image (nginx listens on external_url's port).
+    name = c.run(image, ports={port: port}, command=RUN_CMD)
+    done = configure(c, name, port)
+    assert "gitlab Reconfigured!" in done.stdout, done.stdout + done.stderr
+    wait_http(f"http://127.0.0.1:{port}/-/readiness", timeout=60, ok=lambda r: r.status_code == 200,
+              logs=lambda: c.logs(name))
+    return name, time.monotonic() - t0
+
+
+def fingerprint(c: Containers, name: str) -> dict[str, tuple[int, int, str]]:
+    out = c.exec(name, "envctl-fingerprint").stdout
+    rows = [line.split("\t") for line in out.strip().splitlines()]
+    assert rows and all(len(r) == 4 for r in rows), out
+    return {t: (int(n), int(m), s) for t, n, m, s in rows}
+
+
+@pytest.fixture(scope="module")
+def gitlab(mini_image, module_containers: Containers) -> Iterator[str]:
+    name, took = start(module_containers, mini_image("gitlab"), PORT)
+    print(f"\ngitlab boot+configure-to-ready: {took:.2f}s")
+    yield name
+
+
+def http_login(base: str = BASE) -> requests.Session:
+    s = requests.Session()
+    r = s.post(f"{base}/users/sign_in", data={"user[login]": USER, "user[password]": PASSWORD}, allow_redirects=False)
+    assert r.status_code == 302 and r.headers["Location"] == f"{base}/", r.text[:300]
+    return s
+
+
+def test_configure_sets_external_url_and_port_idempotently(gitlab: str, module_containers: Containers) -> None:
+    rb = module_containers.exec(gitlab, "cat", "/etc/gitlab/gitlab.rb").stdout
+    assert f"external_url 'http://127.0.0.1:{PORT}'" in rb and "metis.lti.cs.cmu.edu" not in rb
+    ready = requests.get(f"{BASE}/-/readiness", timeout=10)
+    assert ready.json()["status"] == "ok"
+    explore = requests.get(f"{BASE}/explore", timeout=10).text
+    assert f'href="{BASE}/byteblaze/a11y-webring.club"' in explore
+    assert f'href="{BASE}/a11yproject/a11yproject.com"' in explore
+    assert "metis" not in explore
+    # The container's original port (8023) is no longer served: the app moved to external_url's port.
+    probe = module_containers.exec(gitlab, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                   "http://127.0.0.1:8023/-/readiness", check=False)
+    assert probe.stdout.strip() == "000"
+    again = configure(module_containers, gitlab, PORT)
+    assert again.returncode == 0 and "gitlab Reconfigured!" in again.stdout
+    assert requests.get(f"{BASE}/explore", timeout=10).status_code == 200
+    status = module_containers.exec(gitlab, "gitlab-ctl", "status")
+    assert "run: postgresql:" in status.stdout and "run: puma:" in status.stdout
+    restart = module_containers.exec(gitlab, "gitlab-ctl", "restart")
+    assert restart.returncode == 0 and "ok: run: puma" in restart.stdout
+    assert requests.get(f"{BASE}/-/readiness", timeout=10).json()["status"] == "ok"
+
+
+def test_image_labels_and_pages(gitlab: str) -> None:
+    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/gitlab:1"],
+                            capture_output=True, text=True, check=True).stdout
+    for want in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"gitlab"', '"org.envctl.data-version":"1"'):
+        assert want in labels
+    s = http_login()
+    assert "a11y-syntax-highlighting" in s.get(f"{BASE}/dashboard/projects").text
+    assert "timeit" in s.get(f"{BASE}/dashboard/projects").text
+    assert requests.get(f"{BASE}/byteblaze/timeit", allow_redirects=False, timeout=10).status_code == 302
+    issues = requests.get(f"{BASE}/byteblaze/a11y-syntax-highlighting/-/issues", timeout=10).text
+    assert "Add a high-contrast theme variant" in issues
+    issue = requests.get(f"{BASE}/byteblaze/a11y-syntax-highlighting/-/issues/2", timeout=10).text
+    assert "Comment colour fails WCAG AA on dark theme" in issue
+    mrs = requests.get(f"{BASE}/byteblaze/a11y-syntax-highlighting/-/merge_requests", timeout=10).text
+    assert "Fix comment colour contrast" in mrs
+    assert requests.get(f"{BASE}/byteblaze/no-such-project", timeout=10).status_code == 404
+    r = requests.get(f"{BASE}/", allow_redirects=False, timeout=10)
+    assert r.status_code == 302 and r.headers["Location"] == f"{BASE}/users/sign_in"
+
+
+@pytest.mark.browser
+def test_auto_login_style_and_expiry_probe(gitlab: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/users/sign_in")
+        page.get_by_test_id("username-field").click()
+        page.get_by_test_id("username-field").fill(USER)
+        page.get_by_test_id("username-field").press("Tab")
+        page.get_by_test_id("password-field").fill(PASSWORD)
+        page.get_by_test_id("sign-in-button").click()
+        page.wait_for_url(f"{BASE}/")
+        # auto_login's is_expired() for gitlab: the probe URL must load without redirect.
+        page.goto(f"{BASE}/-/profile")
+        assert page.url == f"{BASE}/-/profile"
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+def test_browsergym_ui_login_and_sign_out(gitlab: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/users/sign_in")
+        page.get_by_label("Username or email").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{BASE}/")
+        assert page.get_by_test_id("user-menu").count() == 1
+        page.goto(f"{BASE}/users/sign_out")
+        page.get_by_text("Signed out successfully.").wait_for()
+        page.goto(f"{BASE}/-/profile")
+        assert page.url == f"{BASE}/users/sign_in"
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+def test_wrong_password_shows_site_error(gitlab: str, browser) -> None:
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/users/sign_in")
+        page.get_by_label("Username or email").fill(USER)
+        page.get_by_label("Password").fill("not-the-password")
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_text("Invalid login or password.").wait_for()
+        assert page.url == f"{BASE}/users/sign_in"
+        assert "Traceback" not in page.content()
+    finally:
+        ctx.close()
+
+
+def test_expiry_probe_anonymous_redirects_to_sign_in(gitlab: str) -> None:
+    r = requests.get(f"{BASE}/-/profile", allow_redirects=False, timeout=10)
+    assert r.status_code == 302 and r.headers["Location"] == f"{BASE}/users/sign_in"
+    r = requests.get(f"{BASE}/-/profile", cookies={"_gitlab_session": "forged"}, allow_redirects=False, timeout=10)
+    assert r.status_code == 302
+
+
+def test_api_with_personal_access_token(gitlab: str, module_containers: Containers) -> None:
+    hdr = {"PRIVATE-TOKEN": TOKEN}
+    me = requests.get(f"{BASE}/api/v4/user", headers=hdr, timeout=10)
+    assert me.status_code == 200 and me.json()["username"] == USER
+    assert requests.get(f"{BASE}/api/v4/user", timeout=10).status_code == 401
+    assert requests.get(f"{BASE}/api/v4/user", headers={"PRIVATE-TOKEN": "glpat-wrong"}, timeout=10).status_code == 401
+    public = {p["path_with_namespace"] for p in requests.get(f"{BASE}/api/v4/projects", timeout=10).json()}
+    mine = {p["path_with_namespace"] for p in requests.get(f"{BASE}/api/v4/projects", headers=hdr, timeout=10).json()}
+    assert "byteblaze/timeit" not in public and "byteblaze/timeit" in mine
+    project = requests.get(f"{BASE}/api/v4/projects/byteblaze%2Fdotfiles", timeout=10).json()
+    assert project["web_url"] == f"{BASE}/byteblaze/dotfiles"
+    before = fingerprint(module_containers, gitlab)
+    issues = requests.get(f"{BASE}/api/v4/projects/{project['id']}/issues", timeout=10).json()
+    assert [i["title"] for i in issues] == ["Document the install script"]
+    r = requests.post(f"{BASE}/api/v4/projects/{project['id']}/issues", headers=hdr,
+                      json={"title": "Created over the API", "description": "by envctl tests"}, timeout=10)
+    assert r.status_code == 201 and r.json()["iid"] == 2, r.text
+    assert requests.post(f"{BASE}/api/v4/projects/{project['id']}/issues", json={"title": "x"},
+                         timeout=10).status_code == 401
+    assert "Created over the API" in requests.get(f"{BASE}/byteblaze/dotfiles/-/issues/2", timeout=10).text
+    after = fingerprint(module_containers, gitlab)
+    assert after["issues"][0] == before["issues"][0] + 1 and after["issues"][2] != before["issues"][2]
+
+
+@pytest.mark.browser
+def test_new_issue_form_writes_to_db(gitlab: str, module_containers: Containers, browser) -> None:
+    before = fingerprint(module_containers, gitlab)
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{BASE}/users/sign_in")
+        page.get_by_label("Username or email").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{BASE}/")
+        page.goto(f"{BASE}/byteblaze/a11y-webring.club/-/issues/new")
+        page.get_by_label("Title").fill("Issue from the browser")
+        page.get_by_label("Description").fill("Filed by the envctl test")
+        page.get_by_role("button", name="Create issue").click()
+        page.wait_for_url(f"{BASE}/byteblaze/a11y-webring.club/-/issues/3")
+        assert page.get_by_test_id("issue-title").inner_text() == "Issue from the browser"
+    finally:
+        ctx.close()
+    after = fingerprint(module_containers, gitlab)
+    assert after["issues"][:2] == (before["issues"][0] + 1, before["issues"][1] + 1)
+    # Signing in (a session row) is not agent state and leaves the fingerprint alone.
+    http_login()
+    assert fingerprint(module_containers, gitlab) == after
+
+
+def test_recreated_container_is_pristine_and_stops_cleanly(gitlab: str, containers: Containers, mini_image) -> None:
+    s = http_login()
+    assert s.get(f"{BASE}/-/profile", allow_redirects=False).status_code == 200
+    fresh, took = start(containers, mini_image("gitlab"), SECOND_PORT)
+    print(f"\ngitlab second boot+configure-to-ready: {took:.2f}s")
+    fresh_base = f"http://127.0.0.1:{SECOND_PORT}"
+    r = requests.get(f"{fresh_base}/-/profile", cookies=s.cookies.get_dict(), allow_redirects=False, timeout=10)
+    assert r.status_code == 302 and r.headers["Location"] == f"{fresh_base}/users/sign_in"
+    fp = fingerprint(containers, fresh)
+    assert fp["issues"][:2] == (8, 8) and fp["personal_access_tokens"][:2] == (1, 1)
+
+    t0 = time.monotonic()
+    subprocess.run(["docker", "stop", "-t", "20", fresh], check=True, capture_output=True)
+    took = time.monotonic() - t0
+    code = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", fresh], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    logs = containers.logs(fresh)
+    assert code == "0", logs
+    assert "database system is shut down" in logs
+    assert took < 10, f"docker stop took {took:.1f}s"
