@@ -1,0 +1,318 @@
+"""Mini map: tile/Nominatim/OSRM stand-ins and the openstreetmap-website stand-in on a test network.
+
+The frontend reaches the backends through network aliases (``*_INTERNAL_URL``); the tests reach every
+container only through ports published on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+import subprocess
+import time
+import zlib
+from dataclasses import dataclass
+
+import pytest
+import requests
+
+from conftest import Containers, wait_http
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini]
+
+TILE, NOMINATIM, OSRM = 18160, 18161, {"car": 18162, "bike": 18163, "foot": 18164}
+WEB, WEB_CONFIGURED, WEB_FALLBACK = 18165, 18166, 18167
+CMU = (40.4441897, -79.9427192)
+MUSIC_HALL = (40.4437480, -79.9504070)
+
+
+@dataclass
+class MapStack:
+    containers: Containers
+    network: str
+    web: str  # container name of the frontend with internal URLs set
+    configured: str  # a second frontend, configured with the upstream sed steps
+
+    @staticmethod
+    def url(port: int, path: str = "") -> str:
+        return f"http://127.0.0.1:{port}{path}"
+
+
+def _run_web(c: Containers, image: str, network: str, port: int, internal: bool) -> str:
+    env = {}
+    if internal:
+        env = {"NOMINATIM_INTERNAL_URL": "http://nominatim:8080",
+               **{f"OSRM_{v.upper()}_INTERNAL_URL": f"http://osrm-{v}:5000" for v in OSRM}}
+    name = c.run(image, ports={3000: port}, env=env, network=network)
+    wait_http(MapStack.url(port, "/"), timeout=30, ok=lambda r: r.status_code == 200, logs=lambda: c.logs(name))
+    return name
+
+
+@pytest.fixture(scope="module")
+def stack(mini_image, module_containers: Containers) -> MapStack:
+    c = module_containers
+    backend, web_image = mini_image("map-backend"), mini_image("map-web")
+    net = c.network()
+    start = time.monotonic()
+    names = {
+        "tile": c.run(backend, ports={80: TILE}, network=net, aliases=["tile"], command=["tile"]),
+        "nominatim": c.run(backend, ports={8080: NOMINATIM}, network=net, aliases=["nominatim"], command=["nominatim"]),
+    }
+    for v, port in OSRM.items():
+        names[v] = c.run(backend, ports={5000: port}, network=net, aliases=[f"osrm-{v}", "osrm-public"] if v == "car"
+                         else [f"osrm-{v}"], command=["osrm", v])
+    probes = [(TILE, "/tile/0/0/0.png"), (NOMINATIM, "/search?q=test&format=json&limit=1")]
+    probes += [(p, f"/route/v1/{v}/-79.9959,40.4406;-79.9,40.45?overview=false") for v, p in OSRM.items()]
+    for port, path in probes:
+        wait_http(MapStack.url(port, path), timeout=30, ok=lambda r: r.status_code == 200)
+    web = _run_web(c, web_image, net, WEB, internal=True)
+    print(f"map stack (5 backends + frontend) ready in {time.monotonic() - start:.2f}s")
+    configured = _run_web(c, web_image, net, WEB_CONFIGURED, internal=True)
+    return MapStack(c, net, web, configured)
+
+
+def _labels(image: str) -> str:
+    return subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", image],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_image_labels(stack: MapStack) -> None:
+    for image in ("envctl-mini/map-backend:1", "envctl-mini/map-web:1"):
+        labels = _labels(image)
+        for label in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"map"', '"org.envctl.data-version":"1"'):
+            assert label in labels, (image, labels)
+
+
+# ---------------------------------------------------------------- tile server
+
+def _png_size_and_pixels(data: bytes) -> tuple[int, int, bytes]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, size = 8, b"", (0, 0)
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] == zlib.crc32(kind + body)
+        if kind == b"IHDR":
+            size = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    return size[0], size[1], zlib.decompress(idat)
+
+
+def test_tile_is_a_valid_png(stack: MapStack) -> None:
+    r = requests.get(stack.url(TILE, "/tile/0/0/0.png"), timeout=10)
+    assert r.status_code == 200 and r.headers["Content-Type"] == "image/png"
+    width, height, raw = _png_size_and_pixels(r.content)
+    assert (width, height) == (256, 256)
+    assert len(raw) == 256 * (1 + 256 * 3)
+    other = requests.get(stack.url(TILE, "/tile/12/1137/1544.png"), timeout=10)
+    assert other.status_code == 200 and other.content != r.content  # each tile is drawn for its z/x/y
+    assert requests.get(stack.url(TILE, "/tile/1/5/0.png"), timeout=10).status_code == 404
+
+
+# ---------------------------------------------------------------- nominatim
+
+def test_nominatim_search(stack: MapStack) -> None:
+    r = requests.get(stack.url(NOMINATIM, "/search"),
+                     params={"q": "Carnegie Mellon University", "format": "json", "limit": 1}, timeout=10)
+    assert r.status_code == 200
+    places = r.json()
+    assert len(places) == 1
+    p = places[0]
+    for key in ("display_name", "lat", "lon", "osm_type", "osm_id", "boundingbox", "class", "type"):
+        assert key in p
+    assert (p["osm_type"], p["osm_id"], p["class"], p["type"]) == ("relation", 2279034, "amenity", "university")
+    assert p["display_name"].startswith("Carnegie Mellon University, ") and "15213" in p["display_name"]
+    assert abs(float(p["lat"]) - CMU[0]) < 1e-6 and len(p["boundingbox"]) == 4
+    nyc = requests.get(stack.url(NOMINATIM, "/search"), params={"q": "New York City", "format": "json"}, timeout=10).json()
+    assert nyc[0]["osm_id"] == 175905 and len(nyc) > 1
+    near = requests.get(stack.url(NOMINATIM, "/search"),
+                        params={"q": "hotels near carnegie mellon university", "format": "json"}, timeout=10).json()
+    assert near and all(h["class"] == "tourism" and h["type"] == "hotel" for h in near)
+    assert requests.get(stack.url(NOMINATIM, "/search"), params={"q": "zzyzx", "format": "json"}, timeout=10).json() == []
+
+
+def test_nominatim_reverse_lookup_and_status(stack: MapStack) -> None:
+    r = requests.get(stack.url(NOMINATIM, "/reverse"),
+                     params={"lat": MUSIC_HALL[0], "lon": MUSIC_HALL[1], "format": "json"}, timeout=10)
+    assert r.status_code == 200
+    assert (r.json()["osm_type"], r.json()["osm_id"]) == ("way", 154257484)
+    assert r.json()["address"]["postcode"] == "15213"
+    bad = requests.get(stack.url(NOMINATIM, "/reverse"), params={"lat": "x", "format": "json"}, timeout=10)
+    assert bad.status_code == 400 and "error" in bad.json()
+    found = requests.get(stack.url(NOMINATIM, "/lookup"), params={"osm_ids": "R2279034,W154257484", "format": "json"},
+                         timeout=10).json()
+    assert [f["osm_id"] for f in found] == [2279034, 154257484]
+    assert requests.get(stack.url(NOMINATIM, "/status"), timeout=10).text == "OK"
+    assert requests.get(stack.url(NOMINATIM, "/status"), params={"format": "json"}, timeout=10).json()["status"] == 0
+
+
+# ---------------------------------------------------------------- osrm
+
+def _great_circle(a: tuple[float, float], b: tuple[float, float]) -> float:
+    p1, p2 = math.radians(a[0]), math.radians(b[0])
+    h = math.sin((p2 - p1) / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(math.radians(b[1] - a[1]) / 2) ** 2
+    return 2 * 6_371_000 * math.asin(math.sqrt(h))
+
+
+def test_osrm_routes_per_profile(stack: MapStack) -> None:
+    coords = f"{CMU[1]},{CMU[0]};{MUSIC_HALL[1]},{MUSIC_HALL[0]}"
+    gc = _great_circle(CMU, MUSIC_HALL)
+    results = {}
+    for v, port in OSRM.items():
+        r = requests.get(stack.url(port, f"/route/v1/driving/{coords}"), params={"overview": "false"}, timeout=10)
+        assert r.status_code == 200
+        body = r.json()
+        assert body["code"] == "Ok"
+        route = body["routes"][0]
+        assert gc <= route["distance"] <= 1.5 * gc
+        assert route["legs"][0]["distance"] == route["distance"] and "geometry" not in route
+        snapped = [[round(lon, 6), round(lat, 6)] for lat, lon in (CMU, MUSIC_HALL)]  # OSRM gives 6 decimals
+        assert [w["location"] for w in body["waypoints"]] == snapped
+        results[v] = route
+    # walking is slower than cycling, which is slower than driving
+    speeds = {v: r["distance"] / r["duration"] for v, r in results.items()}
+    assert speeds["foot"] < speeds["bike"] < speeds["car"]
+    again = requests.get(stack.url(OSRM["car"], f"/route/v1/driving/{coords}?overview=false"), timeout=10).json()
+    assert again["routes"][0] == results["car"]  # deterministic
+    full = requests.get(stack.url(OSRM["car"], f"/route/v1/car/{coords}"), params={"geometries": "geojson"}, timeout=10)
+    assert full.json()["routes"][0]["geometry"]["type"] == "LineString"
+
+
+@pytest.mark.parametrize("coords,code", [
+    ("abc;def", "InvalidQuery"),
+    ("-79.99,40.44;-79.9", "InvalidQuery"),
+    ("-79.99,140.44;-79.9,40.45", "InvalidValue"),
+    ("-79.99,40.44", "InvalidOptions"),
+])
+def test_osrm_rejects_bad_coordinates(stack: MapStack, coords: str, code: str) -> None:
+    r = requests.get(stack.url(OSRM["car"], f"/route/v1/driving/{coords}?overview=false"), timeout=10)
+    assert r.status_code == 400
+    assert r.json()["code"] == code and r.json()["message"]
+
+
+# ---------------------------------------------------------------- frontend
+
+def _osm_js(port: int) -> str:
+    r = requests.get(MapStack.url(port, "/assets/osm.js"), timeout=10)
+    assert r.status_code == 200
+    return r.text
+
+
+def test_frontend_defaults_are_upstreams(stack: MapStack) -> None:
+    js = _osm_js(WEB)
+    assert '"NOMINATIM_URL": "http://metis.lti.cs.cmu.edu:8085/"' in js
+    assert '"FOSSGIS_OSRM_URL": "http://metis.lti.cs.cmu.edu:"' in js
+    home = requests.get(stack.url(WEB, "/"), timeout=10).text
+    assert 'name="query"' in home and 'action="/search"' in home
+    assert re.search(r'<img class="leaflet-tile" src="http://ogma\.lti\.cs\.cmu\.edu:8080/tile/13/\d+/\d+\.png"', home)
+
+
+def test_frontend_search_lists_nominatim_results(stack: MapStack) -> None:
+    r = requests.get(stack.url(WEB, "/search"), params={"query": "Carnegie Mellon University"}, timeout=10)
+    assert r.status_code == 200
+    assert 'href="/relation/2279034"' in r.text
+    assert "Carnegie Mellon University, 5000, Forbes Avenue" in r.text
+    near = requests.get(stack.url(WEB, "/search"), params={"query": "restaurants near CMU ArtPark Lab"}, timeout=10)
+    assert "search_results_entry" in near.text and "Spoon" in near.text
+    none = requests.get(stack.url(WEB, "/search"), params={"query": "zzyzx"}, timeout=10)
+    assert "No results found" in none.text
+
+
+def test_frontend_directions_show_the_osrm_route(stack: MapStack) -> None:
+    route = f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"
+    osrm = requests.get(stack.url(OSRM["foot"], f"/route/v1/driving/{CMU[1]},{CMU[0]};{MUSIC_HALL[1]},{MUSIC_HALL[0]}"),
+                        params={"overview": "false"}, timeout=10).json()["routes"][0]
+    r = requests.get(stack.url(WEB, "/directions"), params={"engine": "fossgis_osrm_foot", "route": route}, timeout=10)
+    assert r.status_code == 200
+    m = re.search(r'<div id="routing_summary">Distance: (\d+)m\. Time: (\d+):(\d\d)\.</div>', r.text)
+    assert m, r.text[-800:]
+    assert int(m.group(1)) == round(osrm["distance"])
+    assert int(m.group(2)) * 60 + int(m.group(3)) == round(osrm["duration"] / 60)
+    car = requests.get(stack.url(WEB, "/directions"),
+                       params={"engine": "fossgis_osrm_car", "from": "New York City", "to": "Pittsburgh"}, timeout=10)
+    assert re.search(r"Distance: \d{3}km\. Time: \d+:\d\d\.", car.text), car.text[-800:]
+
+
+def test_frontend_element_pages(stack: MapStack) -> None:
+    r = requests.get(stack.url(WEB, "/way/154257484/"), timeout=10)
+    assert r.status_code == 200
+    sidebar = r.text.split('id="sidebar_content">', 1)[1].split('<div id="map"', 1)[0]
+    assert "Way: Carnegie Music Hall (154257484)" in sidebar
+    rel = requests.get(stack.url(WEB, "/relation/2279034"), timeout=10).text
+    assert '<th class="browse-tag-k">addr:postcode</th><td class="browse-tag-v">15213</td>' in rel
+    assert requests.get(stack.url(WEB, "/node/1"), timeout=10).status_code == 404
+
+
+def _sed(stack: MapStack, name: str, expr: str, path: str) -> None:
+    stack.containers.exec(name, "sed", "-i", expr, path)
+
+
+def test_upstream_sed_steps_reconfigure_without_restart(stack: MapStack) -> None:
+    name = stack.configured
+    _sed(stack, name, f"s|http://ogma.lti.cs.cmu.edu:8080|http://127.0.0.1:{TILE}|g",
+         "/app/vendor/assets/leaflet/leaflet.osm.js")
+    _sed(stack, name, f"s|metis.lti.cs.cmu.edu:8085|127.0.0.1:{NOMINATIM}|g", "/app/config/settings.yml")
+    _sed(stack, name, "s|metis.lti.cs.cmu.edu:|127.0.0.1:|g", "/app/config/settings.yml")
+    js = _osm_js(WEB_CONFIGURED)
+    assert f'"NOMINATIM_URL": "http://127.0.0.1:{NOMINATIM}/"' in js
+    assert '"FOSSGIS_OSRM_URL": "http://127.0.0.1:"' in js
+    assert f'"TILE_URL": "http://127.0.0.1:{TILE}/tile/{{z}}/{{x}}/{{y}}.png"' in js
+    home = requests.get(stack.url(WEB_CONFIGURED, "/"), timeout=10).text
+    srcs = re.findall(r'<img class="leaflet-tile" src="([^"]+)"', home)
+    assert len(srcs) == 9 and all(s.startswith(f"http://127.0.0.1:{TILE}/tile/13/") for s in srcs)
+    for src in srcs[:2]:  # the public tile URLs the page hands the browser really work
+        assert requests.get(src, timeout=10).content[:8] == b"\x89PNG\r\n\x1a\n"
+    # the internal URLs still serve the server-side calls (127.0.0.1 in the container is not the host)
+    assert 'href="/relation/2279034"' in requests.get(
+        stack.url(WEB_CONFIGURED, "/search"), params={"query": "CMU"}, timeout=10).text
+    # the leaflet.osm.js the browser loads is the edited file
+    assert f"http://127.0.0.1:{TILE}/tile/" in requests.get(stack.url(WEB_CONFIGURED, "/assets/leaflet.osm.js"), timeout=10).text
+
+
+def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, mini_image) -> None:
+    """Without *_INTERNAL_URL the frontend calls settings.yml's URLs, OSRM with the per-vehicle port."""
+    c = stack.containers
+    nominatim = c.run(mini_image("map-backend"), network=stack.network, aliases=["nominatim-public"],
+                      env={"MINIWEB_PORT": "8085"}, command=["nominatim"])
+    web = _run_web(c, mini_image("map-web"), stack.network, WEB_FALLBACK, internal=False)
+    before = requests.get(stack.url(WEB_FALLBACK, "/search"), params={"query": "CMU"}, timeout=30).text
+    assert "An error occurred while communicating with http://metis.lti.cs.cmu.edu:8085/" in before
+    _sed(stack, web, "s|metis.lti.cs.cmu.edu:8085|nominatim-public:8085|g", "/app/config/settings.yml")
+    _sed(stack, web, "s|metis.lti.cs.cmu.edu:|osrm-public:|g", "/app/config/settings.yml")
+    deadline = time.monotonic() + 30
+    while True:  # the extra Nominatim container may still be starting
+        after = requests.get(stack.url(WEB_FALLBACK, "/search"), params={"query": "CMU"}, timeout=10).text
+        if 'href="/relation/2279034"' in after or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    assert 'href="/relation/2279034"' in after, c.logs(nominatim)
+    car = requests.get(stack.url(WEB_FALLBACK, "/directions"),
+                       params={"engine": "fossgis_osrm_car", "route": f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"},
+                       timeout=10).text
+    assert re.search(r"Distance: \d+m\. Time: \d+:\d\d\.", car)  # via http://osrm-public:5000/
+    bike = requests.get(stack.url(WEB_FALLBACK, "/directions"),
+                        params={"engine": "fossgis_osrm_bike", "route": f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"},
+                        timeout=10).text
+    assert "An error occurred while communicating with http://osrm-public:5001/" in bike  # port 5001 is not served there
+
+
+@pytest.mark.browser
+def test_browser_searches_and_sees_tiles(stack: MapStack, browser) -> None:
+    test_upstream_sed_steps_reconfigure_without_restart(stack)  # idempotent: point tiles at the published port
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(stack.url(WEB_CONFIGURED, "/"), wait_until="load")
+        page.get_by_role("textbox", name="Search").fill("New York City")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r"/search\?query=New\+York\+City"))
+        link = page.locator("#sidebar_content a.set_position").first
+        assert link.inner_text().startswith("City of New York")
+        link.click()
+        page.wait_for_url(re.compile(r"/relation/175905$"))
+        assert "Relation: City of New York (175905)" in page.locator("#sidebar_content").inner_text()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('img.leaflet-tile')].every(i => i.complete && i.naturalWidth === 256)")
+    finally:
+        page.close()
