@@ -186,6 +186,146 @@ def images_build(ctx: Ctx, site_names: tuple[str, ...], flavor: str, as_json: bo
         emit_json({"built": {k: round(v, 2) for k, v in times.items()}})
 
 
+def _event_printer(as_json: bool):  # noqa: ANN202
+    """Progress for image transfers: JSON lines on stderr with --json, else a rich progress display."""
+    from envctl.render import TransferProgress
+
+    return TransferProgress(json_events=as_json)
+
+
+@images.command("list")
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--flavor", default="full", show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def images_list(ctx: Ctx, site_names: tuple[str, ...], flavor: str, as_json: bool) -> None:
+    """Per site: every artifact, its sources, expected size, whether it is present, its pinned sha256."""
+    from dataclasses import asdict
+
+    from envctl.images.get import list_images
+    from envctl.render import emit_json, table
+
+    rows = list_images(ctx.catalog, sites=ctx.catalog.resolve(list(site_names) or None), flavor=flavor)
+    if as_json:
+        return emit_json([asdict(r) for r in rows])
+    table(f"{flavor} flavor artifacts", ["site", "artifact", "kind", "size", "present", "sha256", "sources"],
+          [[r.site, r.name, r.kind, f"{r.size / 1e9:.1f} GB" if r.size else "?", "yes" if r.present else "no",
+            (r.sha256 or "")[:12] or "-", ", ".join(src.split(" ")[0] for src in r.sources)]
+           for r in rows])
+
+
+@images.command("get")
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--all", "all_sites", is_flag=True)
+@click.option("--flavor", default="full", show_default=True)
+@click.option("--mirror", default=None, help="use only this mirror (e.g. cmu, archive.org, gdrive)")
+@click.option("--keep-archive", is_flag=True, help="keep the downloaded tarball (resumable) instead of streaming it")
+@click.option("--jobs", type=int, default=1, show_default=True, help="artifacts fetched in parallel")
+@json_option
+@pass_ctx
+@handle_errors
+def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str, mirror: str | None,
+               keep_archive: bool, jobs: int, as_json: bool) -> None:
+    """Fetch missing images and data: registry, then tarball mirrors; resumable, verified, streamed."""
+    from dataclasses import asdict
+
+    from envctl.images.get import get_images
+    from envctl.render import emit_json, table
+
+    names = ctx.catalog.resolve(list(site_names) or None, all_sites=all_sites)
+    with _event_printer(as_json) as progress:
+        results = get_images(ctx.catalog, names, flavor=flavor, mirror=mirror, keep_archive=keep_archive, jobs=jobs,
+                             progress=progress)
+    if as_json:
+        emit_json([asdict(r) for r in results])
+    else:
+        table(None, ["site", "artifact", "result", "detail"],
+              [[r.site, r.name, r.action, (r.error or "")[:100]] for r in results])
+    if any(r.action == "failed" for r in results):
+        sys.exit(1)
+
+
+@images.command("verify")
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--flavor", default="full", show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def images_verify(ctx: Ctx, site_names: tuple[str, ...], flavor: str, as_json: bool) -> None:
+    """Re-check present artifacts against their pins (size, sha256, registry digest)."""
+    from dataclasses import asdict
+
+    from envctl.images.get import verify_images
+    from envctl.render import emit_json, table
+
+    res = verify_images(ctx.catalog, ctx.catalog.resolve(list(site_names) or None), flavor=flavor)
+    if as_json:
+        emit_json([asdict(r) for r in res])
+    else:
+        table(None, ["site", "artifact", "ok", "detail"], [[r.site, r.name, "ok" if r.ok else "FAIL", r.detail] for r in res])
+    if not all(r.ok for r in res):
+        sys.exit(1)
+
+
+@images.command("export")
+@click.argument("site")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--flavor", default="full", show_default=True)
+@json_option
+@pass_ctx
+@handle_errors
+def images_export(ctx: Ctx, site: str, file: str, flavor: str, as_json: bool) -> None:
+    """Save SITE's image(s) to FILE (plus FILE.sha256) to move them to another host."""
+    from dataclasses import asdict
+
+    from envctl.images.get import export_image
+    from envctl.render import emit_json
+
+    s = ctx.catalog.site(site)
+    tags = [s.services[svc].flavors[flavor].image for svc in s.services_for(flavor)]
+    out = export_image(tags[0], Path(file))
+    if as_json:
+        return emit_json(asdict(out))
+    click.echo(f"exported {tags[0]} to {out.path} ({out.size / 1e6:.1f} MB, sha256 {out.sha256[:12]})")
+
+
+@images.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--tag", default=None, help="tag to give the loaded image")
+@json_option
+@handle_errors
+def images_import(file: str, tag: str | None, as_json: bool) -> None:
+    """Load an image file written by 'images export' (checked against FILE.sha256 when present)."""
+    from dataclasses import asdict
+
+    from envctl.images.get import import_image
+    from envctl.render import emit_json
+
+    res = import_image(Path(file), tag=tag)
+    if as_json:
+        return emit_json(asdict(res))
+    click.echo(f"loaded {', '.join(res.tags) or res.image_id}")
+
+
+@images.command("prune")
+@click.option("--dry-run", is_flag=True)
+@json_option
+@handle_errors
+def images_prune(dry_run: bool, as_json: bool) -> None:
+    """Remove envctl's partial downloads and the dangling images it made."""
+    from dataclasses import asdict
+
+    from envctl.images.get import prune
+    from envctl.render import emit_json
+
+    res = prune(dry_run=dry_run)
+    if as_json:
+        return emit_json(asdict(res))
+    click.echo(f"{'would remove' if dry_run else 'removed'} {len(res.files)} files ({res.freed / 1e6:.1f} MB) "
+               f"and {len(res.images)} images")
+
+
 # -- lifecycle -----------------------------------------------------------------------------------
 @cli.command()
 @click.argument("site_names", nargs=-1, metavar="[SITE]...")

@@ -31,7 +31,10 @@ from envctl.provision.local import Copy, InstanceSettings, LocalBackend, Progres
 
 
 def data_dir() -> Path:
-    return Path(os.environ.get("ENVCTL_DATA_DIR") or Path.home() / ".local" / "share" / "envctl")
+    """Where downloaded data files live (``{data_dir}`` in catalog templates): the images layer's data/."""
+    from envctl.images.lock import data_dir as root
+
+    return root() / "data"
 
 
 @dataclass

@@ -69,3 +69,41 @@ class SiteProgress:
             style = {"healthy": "green", "failed": "red"}.get(phase, "yellow")
             t.add_row(site, f"[{style}]{phase}[/]", detail)
         return t
+
+
+class TransferProgress:
+    """Renders image/data transfer events: a rich bar per artifact (bytes, rate, ETA), or JSON lines."""
+
+    def __init__(self, json_events: bool = False) -> None:
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self.json_events = json_events
+        self.tasks: dict[str, Any] = {}
+        self.progress = None if json_events else Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            TimeRemainingColumn(), console=err_console, transient=False)
+
+    def __enter__(self) -> "TransferProgress":
+        if self.progress:
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress:
+            self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def __call__(self, event: Any) -> None:
+        if self.json_events:
+            sys.stderr.write(event.to_json() + "\n")
+            return
+        assert self.progress is not None
+        key = f"{event.site or ''}:{event.artifact}"
+        label = f"{event.site or ''} {event.artifact}".strip()
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(label, total=event.total)
+        task = self.tasks[key]
+        if event.type in ("progress", "start") and event.done is not None:
+            self.progress.update(task, completed=event.done, total=event.total)
+        elif event.type in ("mirror-failed", "error", "skip", "done", "plan") and event.message:
+            self.progress.console.print(escape(f"{label}: {event.type}: {event.message}"))

@@ -80,7 +80,8 @@ def mask(site: Site, text: str) -> str:
         text = text.replace(a.password, "***")
     for key in site.secrets:
         text = text.replace(site.settings.get(key, "\0"), "***")
-    return re.sub(r"(?<=\s-p)\S+|(?<=^-p)\S+|(?<=--password=)\S+", "***", text)
+    # mysql-style inline passwords: -pSECRET, --password=SECRET
+    return re.sub(r"(?<![\w-])(-p|--password=)([^\s\"',]{2,})", r"\1***", text)
 
 
 class LocalBackend:

@@ -1,0 +1,50 @@
+# envctl: the two commands of the README are `make demo` and `make test`.
+VENV   ?= .venv
+PYTHON ?= python3
+ENVCTL := $(VENV)/bin/envctl
+PYTEST_ARGS ?=
+
+.PHONY: all venv system engine images demo test test-fast bench clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+system:
+	bash scripts/system-deps.sh
+
+engine: system
+	bash scripts/docker-engine.sh
+
+images: venv engine
+	$(ENVCTL) images build --flavor mini
+
+# Build the mini images, bring every site up, print the URLs, run the smoke suite.
+demo: images
+	$(ENVCTL) up --all --flavor mini
+	$(ENVCTL) env
+	$(ENVCTL) smoke --tasks mini
+
+# Everything, with real containers and a real browser (what CI runs).
+test: venv engine
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The unit layer only (no Docker, no browser).
+test-fast: venv
+	$(VENV)/bin/pytest -m "not docker and not browser" $(PYTEST_ARGS)
+
+bench: images
+	$(VENV)/bin/python bench/up.py
+	$(VENV)/bin/python bench/reset.py
+	$(VENV)/bin/python bench/login.py
+	$(VENV)/bin/python bench/fetch.py
+
+clean:
+	-$(ENVCTL) down --instance default
+	rm -rf $(VENV) .pytest_cache reports

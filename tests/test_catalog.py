@@ -1,0 +1,208 @@
+"""The built-in catalog: every site, the right ports, env formats, configure steps as upstream writes them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envctl.catalog import BUILTIN, Deployment, Renderer, load_catalog
+from envctl.errors import CatalogError, UnknownSite
+from envctl.lab import Lab
+from envctl.provision.local import InstanceSettings
+
+HOST = "ec2-1-2-3-4.compute.amazonaws.com"
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def test_every_site_with_its_upstream_ports(cat):
+    ports = {name: site.public_ports() for name, site in cat.sites.items()}
+    assert ports["shopping"] == {"web": 7770}
+    assert ports["shopping_admin"] == {"web": 7780}
+    assert ports["reddit"] == {"web": 9999}
+    assert ports["gitlab"] == {"web": 8023}
+    assert ports["wikipedia"] == {"web": 8888}
+    assert ports["classifieds"] == {"web": 9980}
+    assert ports["homepage"] == {"web": 4399}
+    assert ports["map"] == {"web": 3000, "tile": 8080, "nominatim": 8085, "osrm_car": 5000, "osrm_bike": 5001,
+                            "osrm_foot": 5002}
+    assert set(cat.site("classifieds").services) == {"web", "db"}
+    # GitLab's nginx listens on the port in external_url: the container port follows the public one.
+    assert cat.site("gitlab").entry_service.ports.container_port(8123) == 8123
+    assert cat.site("shopping").entry_service.ports.container_port(7870) == 80
+
+
+def test_every_site_has_full_and_mini_flavors_and_full_sources(cat):
+    for name, site in cat.sites.items():
+        assert {"full", "mini"} <= set(site.flavors), name
+        if name != "homepage":
+            assert site.flavors["full"].artifacts, f"{name} has no full-flavor artifacts"
+            for a in site.flavors["full"].artifacts:
+                assert a.sources, f"{name}: {a.name} has no source"
+    tar = cat.site("shopping").flavors["full"].artifacts[0]
+    assert [s.mirror for s in tar.sources] == ["cmu", "archive.org", "gdrive"]
+
+
+def env_for(cat, benchmark, host=HOST, offset=0):
+    lab = Lab(cat, instance="catalogtest")
+    return lab.env(benchmark, InstanceSettings("catalogtest", "full", host, "0.0.0.0", offset))
+
+
+def test_webarena_env_names_and_formats(cat):
+    env = env_for(cat, "webarena")
+    assert env == {
+        "SHOPPING": f"http://{HOST}:7770",
+        "SHOPPING_ADMIN": f"http://{HOST}:7780/admin",
+        "REDDIT": f"http://{HOST}:9999",
+        "GITLAB": f"http://{HOST}:8023",
+        "WIKIPEDIA": f"http://{HOST}:8888/wikipedia_en_all_maxi_2022-05/A/User:The_other_Kiwix_guy/Landing",
+        "MAP": f"http://{HOST}:3000",
+        "HOMEPAGE": f"http://{HOST}:4399",
+    }
+
+
+def test_visualwebarena_env_names_and_formats(cat):
+    env = env_for(cat, "visualwebarena")
+    assert env["WIKIPEDIA"] == f"http://{HOST}:8888"  # VWA appends the article path itself
+    assert env["CLASSIFIEDS"] == f"http://{HOST}:9980"
+    assert env["CLASSIFIEDS_RESET_TOKEN"] == "4b61655535e7ed388f0d40a93600254c"
+    assert env["DATASET"] == "visualwebarena"
+    assert {"SHOPPING", "REDDIT", "HOMEPAGE"} <= set(env)
+    for value in env.values():
+        assert not value.endswith("/")
+
+
+def test_port_offset_moves_every_url(cat):
+    env = env_for(cat, "webarena", "127.0.0.1", 100)
+    assert env["SHOPPING"] == "http://127.0.0.1:7870"
+    assert env["SHOPPING_ADMIN"] == "http://127.0.0.1:7880/admin"
+
+
+def test_container_side_classifieds_keeps_trailing_slash(cat):
+    r = Renderer(cat, "classifieds", Deployment(HOST), {"db": "db-ctr"})
+    web = cat.site("classifieds").services["web"]
+    assert r(web.env["CLASSIFIEDS"]) == f"http://{HOST}:9980/"
+    assert r(web.env["RESET_TOKEN"]) == "4b61655535e7ed388f0d40a93600254c"
+    assert r(web.flavors["mini"].env["DB_HOST"]) == "db-ctr"
+
+
+def rendered(cat, site, flavor="full", host=HOST):
+    r = Renderer(cat, site, Deployment(host))
+    return [r.argv(s.run) for s in cat.site(site).steps(flavor)]
+
+
+def test_magento_steps_match_upstream_exactly(cat):
+    steps = rendered(cat, "shopping")
+    assert steps[0] == ["/var/www/magento2/bin/magento", "setup:store-config:set", f"--base-url=http://{HOST}:7770"]
+    assert steps[1] == ["mysql", "-u", "magentouser", "-pMyPassword", "magentodb", "-e",
+                        f'UPDATE core_config_data SET value="http://{HOST}:7770/" WHERE path = "web/secure/base_url";']
+    assert steps[2] == ["/var/www/magento2/bin/magento", "cache:flush"]
+    indexers = [s[-1] for s in steps if s[1] == "indexer:set-mode"]
+    assert indexers == ["catalogrule_product", "catalogrule_rule", "catalogsearch_fulltext", "catalog_category_product",
+                        "customer_grid", "design_config_grid", "inventory", "catalog_product_category",
+                        "catalog_product_attribute", "catalog_product_price", "cataloginventory_stock"]
+    admin = rendered(cat, "shopping_admin")
+    assert admin[0][-1] == f"--base-url=http://{HOST}:7780"
+    assert ["php", "/var/www/magento2/bin/magento", "config:set", "admin/security/password_is_forced", "0"] in admin
+    assert ["php", "/var/www/magento2/bin/magento", "config:set", "admin/security/password_lifetime", "0"] in admin
+    assert admin[-1] == ["/var/www/magento2/bin/magento", "cache:flush"]
+
+
+def test_gitlab_steps_match_upstream_exactly(cat):
+    steps = rendered(cat, "gitlab")
+    assert steps[0] == ["sed", "-i", f"s|^external_url.*|external_url 'http://{HOST}:8023'|", "/etc/gitlab/gitlab.rb"]
+    assert "puma[\"worker_processes\"] = 4" in steps[1][2]
+    assert steps[-1] == ["gitlab-ctl", "reconfigure"]
+
+
+def test_classifieds_and_map_steps(cat):
+    assert rendered(cat, "classifieds") == [
+        ["mysql", "-u", "root", "-ppassword", "osclass", "-e", "source docker-entrypoint-initdb.d/osclass_craigslist.sql"]]
+    m = rendered(cat, "map", "mini")
+    assert m[0] == ["sed", "-i", f"s|http://ogma.lti.cs.cmu.edu:8080|http://{HOST}:8080|g",
+                    "/app/vendor/assets/leaflet/leaflet.osm.js"]
+    assert m[1][2] == f"s|metis.lti.cs.cmu.edu:8085|{HOST}:8085|g"
+    assert m[2][2] == f"s|metis.lti.cs.cmu.edu:|{HOST}:|g"
+
+
+def test_login_contracts(cat):
+    assert cat.site("shopping").login.expiry.url == "{public_url}/wishlist/"
+    assert cat.site("shopping_admin").login.expiry.keyword == "Dashboard"
+    assert cat.site("reddit").login.expiry.keyword == "Delete"
+    assert cat.site("classifieds").login.expiry.keyword == "My listings"
+    assert cat.site("gitlab").login.username.test_id == "username-field"
+    assert set(cat.site("reddit").login.no_pair_with) == {"shopping", "shopping_admin"}
+
+
+def test_resolve_and_unknown_site_suggestion(cat):
+    assert cat.resolve(["map"]) == ["map"]
+    with pytest.raises(UnknownSite) as exc:
+        cat.resolve(["shoping"])
+    assert "unknown site 'shoping'; did you mean 'shopping'?" in str(exc.value)
+    assert "known sites: classifieds, gitlab, homepage" in str(exc.value)
+
+
+# -- malformed catalogs: each produces its specific error naming the path ---------------------------
+
+def _mutate(path: str, value):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    node = raw
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return raw
+
+
+_DELETE = object()
+
+MALFORMED = [
+    ("sites.gitlab.services.web.ports.public", "abc", "sites.gitlab.services.web.ports.public: input should be a valid integer"),
+    ("sites.gitlab.services.web.ports.publik", 1, "sites.gitlab.services.web.ports.publik: unknown key"),
+    ("sites.reddit.title", _DELETE, "sites.reddit.title: missing required field"),
+    ("sites.reddit.services.web.ports.public", 7770, "ports.public: port 7770 is also used by "),
+    ("sites.reddit.depends_on", ["shoping"], "sites.reddit.depends_on: unknown site 'shoping'"),
+    ("sites.homepage.services.web.env.SHOPPING", "{sites.shoping.public_url}", "unknown site 'shoping' in template"),
+    ("sites.reddit.reset.tier", "sometimes", "sites.reddit.reset.tier: input should be 'spare', 'endpoint', 'recreate' or 'none'"),
+    ("sites.reddit.login.account", "nobody", "sites.reddit: login.account 'nobody' is not in accounts"),
+    ("sites.gitlab.services.web.ports.public", 70000, "sites.gitlab.services.web.ports.public: input should be less than or equal to 65535"),
+    ("sites.map.services.web.depends_on", ["tiles"], "service 'web' depends on unknown service 'tiles'"),
+    ("version", 2, "version: input should be 1"),
+]
+
+
+@pytest.mark.parametrize("path,value,expected", MALFORMED, ids=[m[0] + ("-del" if m[1] is _DELETE else "") for m in MALFORMED])
+def test_malformed_catalog_errors(tmp_path: Path, path, value, expected):
+    f = tmp_path / "sites.yaml"
+    f.write_text(yaml.safe_dump(_mutate(path, value)))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(f)
+    msg = str(exc.value)
+    assert msg.startswith(f"invalid catalog {f}: ")
+    assert expected in msg
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("version: 1\nsites:\n  shopping: [unclosed\n")
+    with pytest.raises(CatalogError, match=r"line \d+, column \d+: not valid YAML"):
+        load_catalog(f)
+
+
+def test_missing_file_and_env_override(tmp_path: Path, monkeypatch):
+    with pytest.raises(CatalogError, match="file not found"):
+        load_catalog(tmp_path / "nope.yaml")
+    own = tmp_path / "mine.yaml"
+    raw = yaml.safe_load(BUILTIN.read_text())
+    raw["sites"] = {"homepage": raw["sites"]["homepage"]}
+    raw["sites"]["homepage"]["services"]["web"]["env"] = {}
+    own.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("ENVCTL_CATALOG", str(own))
+    assert list(load_catalog().sites) == ["homepage"]
