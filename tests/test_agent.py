@@ -8,7 +8,7 @@ import pytest
 from envctl.smoke.agent import RecipeError, ReferenceAgent, parse_recipe, parse_step
 from envctl.smoke.evaluators import evaluate
 from envctl.smoke.tasks import task_from_config
-from tests.smoke_site import DEFAULT_BIO, SmokeSite
+from smoke_site import DEFAULT_BIO, SmokeSite
 
 
 @pytest.fixture

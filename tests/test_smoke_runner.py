@@ -11,8 +11,8 @@ from envctl.smoke import load_task_set, run_smoke
 from envctl.smoke.report import format_table
 from envctl.smoke.runner import negative_control, site_groups
 from envctl.smoke.tasks import task_from_config
-from tests.conftest import CHROMIUM
-from tests.smoke_site import DEFAULT_BIO, SmokeSite
+from conftest import CHROMIUM
+from smoke_site import DEFAULT_BIO, SmokeSite
 
 BIO = "Pro Python Developer with 20 years of Experience"
 TASKS = [
