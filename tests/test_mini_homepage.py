@@ -13,7 +13,7 @@ from conftest import Containers, wait_http
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini]
 
-WA_PORT, VWA_PORT = 18110, 18111
+WA_PORT, VWA_PORT = 18140, 18141
 H = "http://wa.example:1"  # any host: the page only renders links, it never contacts the sites
 WA_ENV = {
     "SHOPPING": f"{H}:7770", "SHOPPING_ADMIN": f"{H}:7780/admin", "REDDIT": f"{H}:9999", "GITLAB": f"{H}:8023",
