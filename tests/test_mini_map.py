@@ -316,3 +316,19 @@ def test_browser_searches_and_sees_tiles(stack: MapStack, browser) -> None:
             "() => [...document.querySelectorAll('img.leaflet-tile')].every(i => i.complete && i.naturalWidth === 256)")
     finally:
         page.close()
+
+
+def test_backend_and_frontend_stop_cleanly(mini_image, containers: Containers) -> None:
+    """PID-1 Python handles SIGTERM, so ``docker stop`` does not hit its 10 s kill timeout."""
+    for image, command, cport, path in (("map-backend", ["osrm", "bike"], 5000, "/route/v1/x/0,0;1,1"),
+                                        ("map-web", None, 3000, "/")):
+        name = containers.run(mini_image(image), ports={cport: 18168}, command=command)
+        wait_http(MapStack.url(18168, path), timeout=30, ok=lambda r: r.status_code == 200)
+        start = time.monotonic()
+        subprocess.run(["docker", "stop", "-t", "10", name], check=True, capture_output=True)
+        took = time.monotonic() - start
+        code = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", name],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert code == "0" and took < 5, (image, code, took)
+        subprocess.run(["docker", "rm", name], check=True, capture_output=True)
+        containers.names.remove(name)

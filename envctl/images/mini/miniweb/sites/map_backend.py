@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import struct
 import sys
 import zlib
@@ -311,6 +312,11 @@ def osrm_app(profile: Profile) -> Flask:
 
 # ---------------------------------------------------------------- entry point
 
+def exit_on_sigterm() -> None:
+    """As PID 1, Python ignores SIGTERM unless it installs a handler; without one ``docker stop`` waits 10 s."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 ROLES = {"tile": 80, "nominatim": 8080, "osrm": 5000}
 
 
@@ -320,6 +326,7 @@ def main(argv: list[str]) -> int:
         return 2
     role = argv[0]
     app = {"tile": tile_app, "nominatim": nominatim_app}.get(role, lambda: osrm_app(PROFILES[argv[1]]))()
+    exit_on_sigterm()
     serve(app, int(os.environ.get("MINIWEB_PORT", ROLES[role])))
     return 0
 

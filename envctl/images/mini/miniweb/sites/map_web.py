@@ -26,6 +26,7 @@ from flask import Flask, Response, request
 
 from miniweb.core import esc, page, serve
 from miniweb.sites import map_data as geo
+from miniweb.sites.map_backend import exit_on_sigterm
 
 VEHICLE_PORTS = {"car": "5000", "bike": "5001", "foot": "5002"}  # fossgis_osrm.js vehicleTypePortMapping
 ENGINES = {f"fossgis_osrm_{v}": v for v in VEHICLE_PORTS}
@@ -294,4 +295,5 @@ def create_map_app() -> Flask:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     serve(create_map_app(), int(os.environ.get("MINIWEB_PORT", "3000")))
