@@ -50,14 +50,16 @@ class Cluster:
         subprocess.run(["chown", "-R", "postgres:postgres", os.path.dirname(self.datadir)], check=True)
         subprocess.run(
             as_postgres([pg_bin("initdb"), "-D", self.datadir, "-E", "UTF8", "--locale=C.UTF-8",
-                         "--auth-local=trust", "--auth-host=scram-sha-256", "-U", "postgres"]),
+                         "--auth-local=trust", "--auth-host=scram-sha-256", "-U", "postgres",
+                         "--wal-segsize=1"]),
             check=True, stdout=subprocess.DEVNULL,
         )
         with open(os.path.join(self.datadir, "postgresql.conf"), "a") as conf:
             conf.write(
                 f"\n# envctl mini\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
                 "unix_socket_directories = '/tmp'\ntimezone = 'UTC'\nshared_buffers = 16MB\n"
-                "max_connections = 40\nlogging_collector = off\nlog_line_prefix = 'postgresql: '\n"
+                "max_connections = 40\njit = off\nmin_wal_size = 2MB\nmax_wal_size = 64MB\n"
+                "logging_collector = off\nlog_line_prefix = 'postgresql: '\n"
             )
         self.start_background()
         try:
