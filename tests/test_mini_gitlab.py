@@ -186,6 +186,11 @@ def test_api_with_personal_access_token(gitlab: str, module_containers: Containe
     assert "Created over the API" in requests.get(f"{BASE}/byteblaze/dotfiles/-/issues/2", timeout=10).text
     after = fingerprint(module_containers, gitlab)
     assert after["issues"][0] == before["issues"][0] + 1 and after["issues"][2] != before["issues"][2]
+    # WebArena task 418's backend request, checked the way its evaluator reads the profile page.
+    r = requests.put(f"{BASE}/api/v4/user/status", headers=hdr, json={"message": "Busy"}, timeout=10)
+    assert r.status_code == 200 and r.json()["message"] == "Busy"
+    assert '<div class="cover-status">Busy</div>' in requests.get(f"{BASE}/byteblaze", timeout=10).text
+    assert fingerprint(module_containers, gitlab)["users"][2] != after["users"][2]
 
 
 @pytest.mark.browser

@@ -783,6 +783,17 @@ def make_app(cfg: GitlabConfig) -> Any:
         return jsonify(id=uid, username=username, name=name, email=email, state="active", bio=bio,
                        website_url=website, location=location, web_url=f"{base}/{username}")
 
+    @app.route("/api/v4/user/status", methods=["GET", "PUT"])
+    def api_user_status() -> Response:
+        me = api_user()
+        if me is None:
+            return api_error(401, "401 Unauthorized")
+        if request.method == "PUT":
+            data = request.get_json(silent=True) or request.form or request.args
+            db.run("UPDATE users SET status_message = %s WHERE id = %s", ((data.get("message") or "").strip(), me[0]))
+            me = api_user()
+        return jsonify(emoji="speech_balloon" if me[7] else None, message=me[7] or None, availability="not_set")
+
     @app.get("/api/v4/projects")
     def api_projects() -> Response:
         me = api_user()
@@ -880,6 +891,9 @@ def main(argv: list[str]) -> int:
         pgembed.build(CLUSTER, seed)
         return ctl(["reconfigure"])
     if cmd == "start":
+        # A pidfile left by a previous run of this container would point reconfigure at a stranger.
+        if os.path.exists(PIDFILE):
+            os.remove(PIDFILE)
         return pgembed.run(CLUSTER, "puma", [sys.executable, "-m", "miniweb.sites.gitlab", "serve"])
     if cmd == "serve":
         serve_app()
