@@ -1,0 +1,222 @@
+"""Schema and deterministic seed data of the mini Magento store (run once, at image build time).
+
+Table and column names follow Magento 2 where the mini site has an equivalent (``core_config_data``,
+``customer_entity``, ``sales_order``, ``quote``, ...), simplified to what the pages need. Every id and
+timestamp is fixed, so two builds reach the same database state (the fingerprint proves it).
+
+Usage (inside the image build, with MariaDB running): ``python3 -m miniweb.sites.magento_seed``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+from miniweb.core import SESSIONS_DDL, Database
+
+# The stale host the upstream images ship with (WA#18): the configure step must replace it.
+STALE_BASE_URL = "http://metis.lti.cs.cmu.edu:7770/"
+
+INDEXERS = [
+    ("catalogrule_product", "Catalog Product Rule"),
+    ("catalogrule_rule", "Catalog Rule Product"),
+    ("catalogsearch_fulltext", "Catalog Search"),
+    ("catalog_category_product", "Category Products"),
+    ("customer_grid", "Customer Grid"),
+    ("design_config_grid", "Design Config Grid"),
+    ("inventory", "Inventory"),
+    ("catalog_product_category", "Product Categories"),
+    ("catalog_product_attribute", "Product EAV"),
+    ("catalog_product_price", "Product Price"),
+    ("cataloginventory_stock", "Stock"),
+]
+
+SCHEMA = [
+    """CREATE TABLE core_config_data (
+        config_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+        scope VARCHAR(8) NOT NULL DEFAULT 'default', scope_id INT NOT NULL DEFAULT 0,
+        path VARCHAR(255) NOT NULL, value TEXT,
+        UNIQUE KEY core_config_data_scope_scope_id_path (scope, scope_id, path))""",
+    """CREATE TABLE indexer_state (
+        state_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, indexer_id VARCHAR(255) NOT NULL UNIQUE,
+        title VARCHAR(255) NOT NULL, status VARCHAR(16) NOT NULL DEFAULT 'valid')""",
+    """CREATE TABLE mview_state (
+        state_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, view_id VARCHAR(255) NOT NULL UNIQUE,
+        mode VARCHAR(16) NOT NULL DEFAULT 'disabled')""",
+    """CREATE TABLE admin_user (
+        user_id INT UNSIGNED PRIMARY KEY, firstname VARCHAR(32), lastname VARCHAR(32), email VARCHAR(128),
+        username VARCHAR(40) NOT NULL UNIQUE, password VARCHAR(255) NOT NULL, is_active TINYINT NOT NULL DEFAULT 1)""",
+    """CREATE TABLE oauth_token (
+        entity_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, admin_id INT UNSIGNED NOT NULL,
+        token VARCHAR(32) NOT NULL UNIQUE, created_at BIGINT NOT NULL)""",
+    """CREATE TABLE customer_entity (
+        entity_id INT UNSIGNED PRIMARY KEY, email VARCHAR(255) NOT NULL UNIQUE, firstname VARCHAR(255),
+        lastname VARCHAR(255), password_hash VARCHAR(128) NOT NULL, created_at DATETIME NOT NULL)""",
+    """CREATE TABLE catalog_category_entity (
+        entity_id INT UNSIGNED PRIMARY KEY, parent_id INT UNSIGNED NOT NULL, name VARCHAR(255) NOT NULL,
+        url_path VARCHAR(255) NOT NULL UNIQUE, position INT NOT NULL)""",
+    """CREATE TABLE catalog_product_entity (
+        entity_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, sku VARCHAR(64) NOT NULL UNIQUE,
+        name VARCHAR(255) NOT NULL, url_key VARCHAR(255) NOT NULL UNIQUE, price DECIMAL(12,2) NOT NULL,
+        status TINYINT NOT NULL DEFAULT 1, qty INT NOT NULL, description TEXT)""",
+    """CREATE TABLE catalog_category_product (
+        category_id INT UNSIGNED NOT NULL, product_id INT UNSIGNED NOT NULL, position INT NOT NULL DEFAULT 0,
+        PRIMARY KEY (category_id, product_id))""",
+    """CREATE TABLE review (
+        review_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, product_id INT UNSIGNED NOT NULL,
+        status_id TINYINT NOT NULL, customer_id INT UNSIGNED NULL, nickname VARCHAR(128) NOT NULL,
+        title VARCHAR(255) NOT NULL, detail TEXT NOT NULL, rating TINYINT NOT NULL, created_at DATETIME NOT NULL)""",
+    """CREATE TABLE sales_order (
+        entity_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, increment_id VARCHAR(32) NOT NULL UNIQUE,
+        customer_id INT UNSIGNED, customer_email VARCHAR(255), customer_firstname VARCHAR(255),
+        customer_lastname VARCHAR(255), state VARCHAR(32) NOT NULL, status VARCHAR(32) NOT NULL,
+        subtotal DECIMAL(12,2) NOT NULL, shipping_amount DECIMAL(12,2) NOT NULL, grand_total DECIMAL(12,2) NOT NULL,
+        created_at DATETIME NOT NULL, updated_at DATETIME NOT NULL)""",
+    """CREATE TABLE sales_order_item (
+        item_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, order_id INT UNSIGNED NOT NULL,
+        product_id INT UNSIGNED NOT NULL, sku VARCHAR(64) NOT NULL, name VARCHAR(255) NOT NULL,
+        qty_ordered DECIMAL(12,4) NOT NULL, price DECIMAL(12,2) NOT NULL, row_total DECIMAL(12,2) NOT NULL)""",
+    """CREATE TABLE quote (
+        entity_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, customer_id INT UNSIGNED NOT NULL,
+        is_active TINYINT NOT NULL DEFAULT 1)""",
+    """CREATE TABLE quote_item (
+        item_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, quote_id INT UNSIGNED NOT NULL,
+        product_id INT UNSIGNED NOT NULL, qty DECIMAL(12,4) NOT NULL,
+        UNIQUE KEY quote_item_quote_product (quote_id, product_id))""",
+    """CREATE TABLE wishlist (
+        wishlist_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, customer_id INT UNSIGNED NOT NULL UNIQUE)""",
+    """CREATE TABLE wishlist_item (
+        wishlist_item_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, wishlist_id INT UNSIGNED NOT NULL,
+        product_id INT UNSIGNED NOT NULL, qty DECIMAL(12,4) NOT NULL DEFAULT 1,
+        UNIQUE KEY wishlist_item_product (wishlist_id, product_id))""",
+]
+
+# (path, value); base URLs start out stale, exactly like the upstream images.
+CONFIG = [
+    ("web/unsecure/base_url", STALE_BASE_URL),
+    ("web/secure/base_url", STALE_BASE_URL),
+    ("web/secure/use_in_frontend", "1"),
+    ("web/secure/use_in_adminhtml", "1"),
+    ("web/url/redirect_to_base", "1"),
+    ("general/store_information/name", "One Stop Market"),
+    ("admin/security/password_is_forced", "1"),
+    ("admin/security/password_lifetime", "90"),
+]
+
+CATEGORIES = [  # id, parent, name, url_path
+    (2, 0, "Beauty & Personal Care", "beauty-personal-care"),
+    (3, 0, "Electronics", "electronics"),
+    (4, 3, "Headphones", "electronics/headphones"),
+    (5, 0, "Video Games", "video-games"),
+    (6, 0, "Clothing, Shoes & Jewelry", "clothing-shoes-jewelry"),
+    (7, 6, "Women", "clothing-shoes-jewelry/women"),
+    (8, 7, "Shoes", "clothing-shoes-jewelry/women/shoes"),
+    (9, 0, "Grocery & Gourmet Food", "grocery-gourmet-food"),
+]
+
+PRODUCTS = [  # id, sku, name, price, qty, categories
+    (1, "B0001MOUTH", "Night Mouth Guard for Teeth Grinding and Jaw Bruxism, 4 Pack", 16.99, 120, (2,)),
+    (2, "B0002TOOTH", "Sonic Electric Toothbrush with 3 Brush Heads", 39.95, 45, (2,)),
+    (3, "B0003HPWLS", "Over-Ear Wireless Headphones with Noise Cancelling, Black", 129.00, 30, (3, 4)),
+    (4, "B0004HPBUD", "True Wireless Earbuds with Charging Case", 49.99, 80, (3, 4)),
+    (5, "B0005USBWF", "USB WiFi Adapter AC600 Dual Band", 15.49, 200, (3,)),
+    (6, "B0006GMPAD", "Wireless Game Controller for PC and Console", 34.99, 60, (5,)),
+    (7, "B0007RACER", "Street Racer Deluxe Edition (Video Game)", 59.99, 25, (5,)),
+    (8, "B0008RUNSH", "Women's Lightweight Running Shoes, Grey", 22.50, 40, (6, 7, 8)),
+    (9, "B0009SANDL", "Women's Summer Flat Sandals, Tan", 19.99, 35, (6, 7, 8)),
+    (10, "B0010BOOTS", "Women's Waterproof Ankle Boots, Brown", 74.00, 15, (6, 7, 8)),
+    (11, "B0011COFEE", "Medium Roast Ground Coffee, 32 Ounce", 12.98, 300, (9,)),
+    (12, "B0012TEAGR", "Organic Green Tea, 100 Tea Bags", 8.49, 150, (9,)),
+]
+
+CUSTOMERS = [  # id, email, first, last, password
+    (1, "emma.lopez@gmail.com", "Emma", "Lopez", "Password.123"),
+    (2, "john.smith.xyz@gmail.com", "John", "Smith", "Password.123"),
+    (3, "hannah.lim@gmail.com", "Hannah", "Lim", "Password.123"),
+]
+
+ORDERS = [  # id, customer, state/status, created, [(product, qty)], shipping
+    (1, 1, "complete", "2022-09-12 10:15:00", [(8, 1), (11, 2)], 5.00),
+    (2, 2, "complete", "2022-10-03 16:40:00", [(3, 1)], 0.00),
+    (3, 1, "canceled", "2022-11-20 09:05:00", [(7, 1), (6, 1)], 10.00),
+    (4, 3, "processing", "2023-01-08 12:00:00", [(2, 1)], 5.00),
+    (5, 1, "complete", "2023-02-14 18:30:00", [(1, 2)], 5.00),
+    (6, 2, "pending", "2023-03-01 08:20:00", [(5, 2), (12, 1)], 5.00),
+    (7, 1, "pending", "2023-03-05 14:45:00", [(10, 1), (4, 1)], 0.00),
+]
+
+REVIEWS = [  # product, status (1 approved, 2 pending), customer, nickname, title, detail, stars, created
+    (1, 1, None, "Rachel", "Saved my teeth", "Comfortable fit, helps with my jaw bruxism.", 5, "2022-08-01 10:00:00"),
+    (1, 1, 3, "Hannah", "Too bulky", "Disappointed, it is too bulky for me.", 2, "2022-08-15 11:00:00"),
+    (3, 1, None, "T. Gannon", "Great sound", "Good fingerprint resistance on the ear cups and great sound.", 4,
+     "2022-09-02 12:00:00"),
+    (3, 2, 2, "John", "Battery", "Battery lasts two days.", 4, "2022-12-10 13:00:00"),
+    (8, 1, 1, "Emma", "Light and comfy", "Perfect for my morning runs.", 5, "2023-01-20 08:30:00"),
+    (11, 1, None, "Amazon Customer", "Smooth", "Smooth taste, not bitter.", 4, "2022-07-07 07:07:00"),
+]
+
+ADMIN = (1, "admin", "admin1234", "Admin", "User", "admin@example.com")
+
+
+def password_hash(password: str, salt: str) -> str:
+    """Magento-style ``hash:salt:version`` string (PBKDF2-SHA256 here; the salt is fixed per row)."""
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt.encode(), 10_000).hex()
+    return f"{digest}:{salt}:pbkdf2"
+
+
+def check_password(stored: str, password: str) -> bool:
+    import hmac
+
+    try:
+        _, salt, _ = stored.split(":")
+    except ValueError:
+        return False
+    return hmac.compare_digest(stored, password_hash(password, salt))
+
+
+def seed(db: Database) -> None:
+    with db.cursor() as cur:
+        for ddl in [*SCHEMA, SESSIONS_DDL]:
+            cur.execute(ddl)
+        cur.executemany("INSERT INTO core_config_data (scope, scope_id, path, value) VALUES ('default', 0, %s, %s)",
+                        CONFIG)
+        cur.executemany("INSERT INTO indexer_state (indexer_id, title) VALUES (%s, %s)", INDEXERS)
+        cur.executemany("INSERT INTO mview_state (view_id, mode) VALUES (%s, 'disabled')", [(i,) for i, _ in INDEXERS])
+        uid, user, pw, first, last, email = ADMIN
+        cur.execute("INSERT INTO admin_user VALUES (%s, %s, %s, %s, %s, %s, 1)",
+                    (uid, first, last, email, user, password_hash(pw, f"admin{uid:04d}")))
+        for cid, email, first, last, pw in CUSTOMERS:
+            cur.execute("INSERT INTO customer_entity VALUES (%s, %s, %s, %s, %s, '2022-06-01 09:00:00')",
+                        (cid, email, first, last, password_hash(pw, f"cust{cid:04d}")))
+        cur.executemany("INSERT INTO catalog_category_entity VALUES (%s, %s, %s, %s, %s)",
+                        [(i, p, n, u, i) for i, p, n, u in CATEGORIES])
+        prices = {}
+        for pid, sku, name, price, qty, cats in PRODUCTS:
+            prices[pid] = (sku, name, price)
+            key = "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+            cur.execute("INSERT INTO catalog_product_entity VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
+                        (pid, sku, name, key, price, qty, f"{name}. Ships from One Stop Market."))
+            cur.executemany("INSERT INTO catalog_category_product VALUES (%s, %s, %s)", [(c, pid, pid) for c in cats])
+        for oid, cid, status, created, lines, shipping in ORDERS:
+            _, email, first, last, _ = CUSTOMERS[cid - 1]
+            subtotal = round(sum(prices[p][2] * q for p, q in lines), 2)
+            cur.execute("INSERT INTO sales_order VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        (oid, f"{oid:09d}", cid, email, first, last, "new" if status == "pending" else status, status,
+                         subtotal, shipping, round(subtotal + shipping, 2), created, created))
+            for p, q in lines:
+                sku, name, price = prices[p]
+                cur.execute("INSERT INTO sales_order_item (order_id, product_id, sku, name, qty_ordered, price,"
+                            " row_total) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                            (oid, p, sku, name, q, price, round(price * q, 2)))
+        for r in REVIEWS:
+            cur.execute("INSERT INTO review (product_id, status_id, customer_id, nickname, title, detail, rating,"
+                        " created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", r)
+        # Emma starts with one item in her cart and one in her wish list.
+        cur.execute("INSERT INTO quote (entity_id, customer_id, is_active) VALUES (1, 1, 1)")
+        cur.execute("INSERT INTO quote_item (quote_id, product_id, qty) VALUES (1, 12, 1)")
+        cur.execute("INSERT INTO wishlist (wishlist_id, customer_id) VALUES (1, 1)")
+        cur.execute("INSERT INTO wishlist_item (wishlist_id, product_id, qty) VALUES (1, 9, 1)")
+
+
+if __name__ == "__main__":
+    seed(Database(os.environ["MINIWEB_DB"]))
+    print("magento seed: done", flush=True)
