@@ -264,7 +264,17 @@ class Lab:
                 return SiteResult(name, True, action, url, timings)
             t = time.monotonic()
             progress(name, "wait", "waiting for health probes")
-            ok, results = wait_for(lambda: self.probe(name, backend), timeout=site.health.timeout, cancel=self.cancel)
+
+            def check() -> tuple[bool, list[ProbeResult]]:
+                for svc, c in copy.containers.items():
+                    live = dk.inspect(c.name)
+                    if live is None or not live.state.running:
+                        raise NotReady(f"{name}: container {c.name} ({svc}) stopped while waiting for health"
+                                       f"\n--- last log lines ---\n{mask(site, dk.logs(c.name, 15))}",
+                                       f"see 'envctl logs {name}'")
+                return self.probe(name, backend)
+
+            ok, results = wait_for(check, timeout=site.health.timeout, cancel=self.cancel)
             timings["healthy"] = time.monotonic() - t
             if not ok:
                 bad = next(r for r in results if not r.ok)

@@ -89,8 +89,8 @@ class Containers:
                 argv += ["--network-alias", a]
         argv.append(image)
         argv += command or []
+        self.names.append(name)  # recorded first: a failed run can leave a "Created" container
         subprocess.run(argv, check=True, capture_output=True)
-        self.names.append(name)
         return name
 
     def exec(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

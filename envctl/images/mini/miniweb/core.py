@@ -173,6 +173,11 @@ def serve(app: Flask, port: int | None = None) -> None:
     """Serve with waitress (multi-threaded, production-grade), logging requests to stdout."""
     from waitress import serve as waitress_serve
 
+    import signal
+    import sys
+
+    # As PID 1 without a supervisor, Python ignores SIGTERM by default: exit at once instead.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     port = port or int(os.environ.get("MINIWEB_PORT", "80"))
     print(f"miniweb {app.name} listening on :{port}", flush=True)
     waitress_serve(app, host="0.0.0.0", port=port, threads=8, ident=None)
