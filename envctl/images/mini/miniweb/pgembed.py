@@ -72,8 +72,11 @@ class Cluster:
             self.stop_background()
 
     def start_background(self) -> None:
-        subprocess.run(as_postgres([pg_bin("pg_ctl"), "-D", self.datadir, "-w", "-s", "start",
-                                    "-l", "/tmp/pg-build.log"]), check=True)
+        done = subprocess.run(as_postgres([pg_bin("pg_ctl"), "-D", self.datadir, "-w", "-s", "start",
+                                           "-l", "/tmp/pg-build.log"]))
+        if done.returncode != 0:
+            with open("/tmp/pg-build.log") as log:
+                raise SystemExit(f"PostgreSQL did not start; its log:\n{log.read()[-3000:]}")
 
     def stop_background(self) -> None:
         subprocess.run(as_postgres([pg_bin("pg_ctl"), "-D", self.datadir, "-w", "-s", "-m", "fast", "stop"]),

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
 from flask import Response, abort, g, jsonify, redirect, request
 
