@@ -1,0 +1,265 @@
+"""Produce and check login-state files for a set of sites (the work behind ``envctl login``).
+
+One headless Chromium; one browser context per file, like upstream (a pair file logs both sites
+in within one context); files of different combinations are made concurrently. Every new file is
+written to a private temporary name, checked with the expiry probes in a fresh context, and only
+then renamed into place. A combination that fails leaves no file behind under its name, so a file
+present after ``login`` is valid as of that run.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Coroutine, Iterable, TypeVar
+
+from envctl.auth import files, flows, headers
+from envctl.auth.browser import launch
+from envctl.auth.check import ProbeSpec, probe_state
+from envctl.auth.errors import AuthError, SiteDown, StateRejected
+from envctl.catalog import Catalog, Deployment
+from envctl.errors import UsageError
+
+T = TypeVar("T")
+DEFAULT_PARALLEL = 6
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to log in to: a catalog, where its sites are published, and where files go."""
+
+    catalog: Catalog
+    deployment: Deployment
+    auth_dir: Path
+    flavor: str = "full"
+    partners: tuple[str, ...] = ()  # other login sites that are up (pair files are made with them)
+
+    @classmethod
+    def of_lab(cls, lab: Any, out: str | Path | None = None) -> "Target":
+        settings = lab.settings()
+        if settings is None:
+            raise UsageError(f"instance '{lab.instance}' is not running", "start it with 'envctl up'")
+        up = tuple(s for s in lab.sites_up() if lab.catalog.site(s).login)
+        return cls(lab.catalog, settings.deployment, Path(out) if out else Path(lab.auth_dir), settings.flavor, up)
+
+
+@dataclass
+class FileResult:
+    name: str
+    sites: tuple[str, ...]
+    ok: bool
+    action: str  # written | kept | valid | invalid | missing | failed
+    path: str
+    seconds: float = 0.0
+    error: str = ""
+    kind: str = ""  # down | credentials | page-changed | rejected | error
+    hint: str = ""
+    age_s: float | None = None
+
+
+@dataclass
+class Report:
+    action: str  # login | check
+    auth_dir: str
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+    headers_file: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.files)
+
+    def paths(self) -> dict[str, Path]:
+        return {f.name: Path(f.path) for f in self.files if f.ok}
+
+    def failures(self) -> list[FileResult]:
+        return [f for f in self.files if not f.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "ok": self.ok, "auth_dir": self.auth_dir, "seconds": round(self.seconds, 3),
+                "headers_file": self.headers_file,
+                "files": [{**asdict(f), "seconds": round(f.seconds, 3),
+                           "age_s": None if f.age_s is None else round(f.age_s, 1)} for f in self.files]}
+
+
+def _secrets(catalog: Catalog) -> list[str]:
+    return [a.password for s in catalog.sites.values() for a in s.accounts]
+
+
+def _health(target: Target, site: str) -> str:
+    """"" if the site's HTTP health probes pass, else what failed (no browser needed)."""
+    from envctl.healthchecks.probes import run_probe
+
+    s = target.catalog.site(site)
+    for probe in s.health.probes:
+        if probe.kind != "http":
+            continue
+        r = run_probe(probe, target.deployment.url(s, probe.service))
+        if not r.ok:
+            return f"{site} is down or unhealthy: health probe '{r.name}' ({r.url}) failed: {r.detail or r.status}"
+    return ""
+
+
+def _specs(target: Target, combo: Iterable[str]) -> list[ProbeSpec]:
+    return [ProbeSpec.of(target.catalog, s, target.deployment) for s in files.login_order(target.catalog, combo)]
+
+
+async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: float | None, parallel: int,
+                     timeout_ms: float) -> list[FileResult]:
+    from playwright.async_api import async_playwright
+
+    sites = sorted({s for c in combos for s in c})
+    health = dict(zip(sites, await asyncio.gather(*(asyncio.to_thread(_health, target, s) for s in sites))))
+    recipes = {s: flows.SiteLogin.of(target.catalog, s, target.deployment) for s in sites}
+    secrets = _secrets(target.catalog)
+    sem = asyncio.Semaphore(max(1, parallel))
+
+    async def one(browser: Any, combo: tuple[str, ...]) -> FileResult:
+        name = files.state_name(combo)
+        path = target.auth_dir / name
+        start = time.monotonic()
+        res = FileResult(name, combo, False, "failed", str(path))
+        try:
+            down = [health[s] for s in combo if health[s]]
+            if down:
+                raise SiteDown(combo[0], down[0], "bring it up with 'envctl up' and check 'envctl health'")
+            async with sem:
+                old = files.age(path)
+                if max_age is not None and old is not None and old <= max_age:
+                    if not await probe_state(browser, _specs(target, combo), path, timeout_ms):
+                        res.ok, res.action, res.age_s = True, "kept", old
+                        return res
+                context = await browser.new_context()
+                try:
+                    page = await context.new_page()
+                    for site in files.login_order(target.catalog, combo):
+                        await flows.login(page, recipes[site], timeout_ms)
+                    state = await context.storage_state()
+                finally:
+                    await context.close()
+                tmp = files.write_temp(path, state)
+                try:
+                    problems = await probe_state(browser, _specs(target, combo), tmp, timeout_ms)
+                    if problems:
+                        raise StateRejected(combo[0], f"{name}: the new login state fails the expiry probe in a "
+                                                      f"fresh context: {'; '.join(problems)}",
+                                            "the site logged in but does not keep the session; see 'envctl logs'")
+                    files.commit(tmp, path)
+                finally:
+                    tmp.unlink(missing_ok=True)
+            res.ok, res.action, res.age_s = True, "written", 0.0
+        except AuthError as exc:
+            res.error, res.kind, res.hint = flows.redact(exc.message, *secrets), exc.kind, exc.hint or ""
+        except Exception as exc:  # a browser crash or timeout: report it, never the password
+            res.error, res.kind = flows.redact(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0]}", *secrets), "error"
+        finally:
+            res.seconds = time.monotonic() - start
+        if not res.ok:
+            path.unlink(missing_ok=True)  # never leave an old file looking valid
+        return res
+
+    async with async_playwright() as pw:
+        browser = await launch(pw)
+        try:
+            return list(await asyncio.gather(*(one(browser, c) for c in combos)))
+        finally:
+            await browser.close()
+
+
+async def _check_all(target: Target, names: list[str], timeout_ms: float) -> list[FileResult]:
+    from playwright.async_api import async_playwright
+
+    async def one(browser: Any, name: str) -> FileResult:
+        combo = files.combo_of(name)
+        path = target.auth_dir / name
+        start = time.monotonic()
+        res = FileResult(name, combo, False, "missing", str(path), age_s=files.age(path))
+        if res.age_s is None:
+            res.error, res.hint = f"{name} does not exist", "make it with 'envctl login'"
+            return res
+        try:
+            problems = await probe_state(browser, _specs(target, combo), path, timeout_ms)
+        except Exception as exc:  # unreadable JSON, browser error
+            problems = [f"cannot load {name}: {str(exc).splitlines()[0]}"]
+        res.seconds = time.monotonic() - start
+        if problems:
+            res.action, res.kind, res.error = "invalid", "rejected", "; ".join(problems)
+            res.hint = "renew it with 'envctl login " + " ".join(combo) + "'"
+        else:
+            res.ok, res.action = True, "valid"
+        return res
+
+    async with async_playwright() as pw:
+        browser = await launch(pw)
+        try:
+            return list(await asyncio.gather(*(one(browser, n) for n in names)))
+        finally:
+            await browser.close()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion, also from code that already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def runner() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=runner, name="envctl-login")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _validate_sites(target: Target, sites: Iterable[str] | None) -> list[str]:
+    if sites is None:
+        return list(target.partners)
+    names = list(dict.fromkeys(sites))
+    for s in names:
+        if not target.catalog.site(s).login:
+            raise UsageError(f"site '{s}' has no login", "sites with a login: "
+                             + ", ".join(files.login_sites_of(target.catalog)))
+    return names
+
+
+def login(target: Target, sites: Iterable[str] | None = None, *, max_age: float | None = None,
+          parallel: int = DEFAULT_PARALLEL, timeout: float = 30.0, pairs: bool = True) -> Report:
+    """Log ``sites`` (default: every login site that is up) in; write and check every file touching them.
+
+    ``max_age``: keep existing files younger than this many seconds that still pass the probe.
+    ``pairs=False`` makes only the single-site files."""
+    start = time.monotonic()
+    names = _validate_sites(target, sites)
+    combos = files.plan(target.catalog, names, target.partners if pairs else ())
+    if not pairs:
+        combos = [c for c in combos if len(c) == 1]
+    target.auth_dir.mkdir(parents=True, exist_ok=True)
+    results = _run(_login_all(target, combos, max_age=max_age, parallel=parallel, timeout_ms=timeout * 1000)) \
+        if combos else []
+    hdr = headers.write(target.auth_dir, target.catalog, names, target.deployment, target.flavor)
+    return Report("login", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None)
+
+
+def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float = 30.0) -> Report:
+    """Check existing files without logging in: the planned files for ``sites`` (default: every
+    file touching a login site that is up, plus any other state file in the folder)."""
+    start = time.monotonic()
+    names = _validate_sites(target, sites)
+    planned = [files.state_name(c) for c in files.plan(target.catalog, names, target.partners)]
+    if sites is None and target.auth_dir.is_dir():
+        known = set(files.login_sites_of(target.catalog))
+        for p in sorted(target.auth_dir.glob("*" + files.SUFFIX)):
+            if set(files.combo_of(p.name)) <= known and p.name not in planned:
+                planned.append(p.name)
+    results = _run(_check_all(target, planned, timeout * 1000)) if planned else []
+    return Report("check", str(target.auth_dir), results, time.monotonic() - start)
