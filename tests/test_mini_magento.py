@@ -335,7 +335,7 @@ def test_upstream_configure_steps_set_base_url_and_are_idempotent(mini_image, co
     assert containers.exec(name, "envctl-fingerprint").stdout == s.fingerprint
 
     # A host that differs from the base URL is redirected to it (what a wrong base URL looks like).
-    other = requests.get(f"http://localhost:17702/catalogsearch/result/?q=tea", allow_redirects=False)
+    other = requests.get("http://localhost:17702/catalogsearch/result/?q=tea", allow_redirects=False)
     assert other.status_code == 302 and other.headers["Location"] == f"{base}/catalogsearch/result/?q=tea"
     assert containers.exec(name, "/var/www/magento2/bin/magento", "no:such", check=False).returncode != 0
 
