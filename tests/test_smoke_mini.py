@@ -67,11 +67,11 @@ def record_logins(site: MiniSite, auth_dir: Path) -> None:
         raise errors[0]
 
 
-def run_site(site_name: str, site: MiniSite, tmp_path: Path) -> None:
+def run_site(site_name: str | list[str], site: MiniSite, tmp_path: Path) -> None:
     auth = tmp_path / ".auth"
     auth.mkdir()
     record_logins(site, auth)
-    tasks = load_task_set("mini", sites=[site_name])
+    tasks = load_task_set("mini", sites=[site_name] if isinstance(site_name, str) else site_name)
     assert tasks, f"no mini tasks for {site_name}"
     resets: list[list[str]] = []
 
@@ -115,6 +115,41 @@ def test_mini_reddit(mini_image, containers: Containers, tmp_path: Path) -> None
                                                 {"do": "fill", "label": "Password", "value": "test1234"},
                                                 {"do": "click", "role": "button", "name": "Log in"}, "stop []"])})
     run_site("reddit", site, tmp_path)
+
+
+def test_mini_shopping_and_admin(mini_image, containers: Containers, tmp_path: Path) -> None:
+    """One Magento container serves storefront and /admin in the mini flavor (as WA's two share a codebase)."""
+    port, image = 18277, mini_image("magento")
+    name = f"envctl-test-{uuid.uuid4().hex[:8]}"
+    base = f"http://127.0.0.1:{port}"
+    argv = ["docker", "run", "-d", "--name", name, "--label", "envctl.test", "-p", f"127.0.0.1:{port}:80", image]
+    mysql = ["mysql", "-u", "magentouser", "-pMyPassword", "magentodb", "-e"]
+
+    def ready() -> None:  # the catalog's configure steps: base URLs, cache flush
+        deadline = time.monotonic() + 90
+        while containers.exec(name, *mysql, "SELECT 1", check=False).returncode != 0:
+            assert time.monotonic() < deadline, containers.logs(name)
+            time.sleep(0.5)
+        containers.exec(name, "/var/www/magento2/bin/magento", "setup:store-config:set", f"--base-url={base}")
+        containers.exec(name, *mysql, f'UPDATE core_config_data SET value="{base}/" WHERE path = "web/secure/base_url";')
+        containers.exec(name, "/var/www/magento2/bin/magento", "cache:flush")
+        containers.exec(name, "php", "/var/www/magento2/bin/magento", "config:set", "admin/security/password_is_forced", "0")
+        wait_http(base + "/", timeout=60, ok=lambda r: r.status_code == 200, logs=lambda: containers.logs(name))
+
+    subprocess.run(argv, check=True, capture_output=True)
+    containers.names.append(name)
+    ready()
+    site = MiniSite(env={"SHOPPING": base, "SHOPPING_ADMIN": base + "/admin"},
+                    reset=lambda sites: _recreate(containers, name, argv, ready), logins={
+        "shopping_state.json": (base + "/customer/account/login/", [
+            {"do": "fill", "label": "Email", "value": "emma.lopez@gmail.com"},
+            {"do": "fill", "label": "Password", "value": "Password.123", "exact": True},
+            {"do": "click", "role": "button", "name": "Sign In"}, "stop []"]),
+        "shopping_admin_state.json": (base + "/admin", [
+            {"do": "fill", "placeholder": "user name", "value": "admin"},
+            {"do": "fill", "placeholder": "password", "value": "admin1234"},
+            {"do": "click", "role": "button", "name": "Sign in"}, "stop []"])})
+    run_site(["shopping", "shopping_admin"], site, tmp_path)
 
 
 def test_mini_gitlab(mini_image, containers: Containers, tmp_path: Path) -> None:
