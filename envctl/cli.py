@@ -37,7 +37,7 @@ class Ctx:
     def lab(self, instance: str = "default", auth_dir: str | None = None):  # noqa: ANN201
         from envctl.lab import Lab
 
-        return Lab(self.catalog, instance=instance, auth_dir=auth_dir)
+        return Lab(self.catalog, catalog_path=self.catalog_path, instance=instance, auth_dir=auth_dir)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
@@ -338,12 +338,14 @@ def images_prune(dry_run: bool, as_json: bool) -> None:
 @click.option("--no-wait", is_flag=True, help="do not wait for health probes")
 @click.option("--login/--no-login", default=True, show_default=True, help="seed login state files when healthy")
 @click.option("--auth-dir", default=None, help="where login state files go [.auth]")
+@click.option("--spares", type=click.IntRange(0, 8), default=None,
+              help="pre-boot K pristine spares per site for ~1 s resets (booted in the background)")
 @json_option
 @pass_ctx
 @handle_errors
 def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | None, instance: str,
        public_host: str | None, bind: str | None, port_offset: int | None, no_wait: bool, login: bool,
-       auth_dir: str | None, as_json: bool) -> None:
+       auth_dir: str | None, spares: int | None, as_json: bool) -> None:
     """Start sites (all by default), configure them and wait until every one is healthy."""
     from envctl.render import SiteProgress, emit_json, table
 
@@ -352,7 +354,7 @@ def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | Non
         all_sites = True
     with SiteProgress(json_events=as_json) as progress:
         result = lab.up(list(site_names), all_sites=all_sites, flavor=flavor, public_host=public_host, bind=bind,
-                        port_offset=port_offset, wait=not no_wait, login=login, progress=progress)
+                        port_offset=port_offset, wait=not no_wait, login=login, spares=spares, progress=progress)
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -498,6 +500,169 @@ def exec_cmd(ctx: Ctx, site: str, argv: tuple[str, ...], service: str | None, in
     rc, out = ctx.lab(instance).exec(site, list(argv), service=service)
     click.echo(out)
     sys.exit(rc)
+
+
+# -- state: reset, verify, snapshots, reset server ------------------------------------------------
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--all", "all_sites", is_flag=True, help="every site that is up")
+@click.option("--tier", type=click.Choice(["spare", "endpoint", "recreate", "none"]), default=None,
+              help="start at this tier instead of the catalog's")
+@click.option("--no-wait", is_flag=True, help="refuse instead of waiting when the site is being reset already")
+@instance_option
+@click.option("--auth-dir", default=None)
+@json_option
+@pass_ctx
+@handle_errors
+def reset(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, tier: str | None, no_wait: bool, instance: str,
+          auth_dir: str | None, as_json: bool) -> None:
+    """Pristine state again (spare swap, app endpoint, recreate or none), verified by probes and fingerprint."""
+    from envctl.render import SiteProgress, emit_json, table
+
+    if not site_names and not all_sites:
+        raise click.UsageError("name the sites to reset, or pass --all")
+    lab = ctx.lab(instance, auth_dir)
+    with SiteProgress(json_events=as_json) as progress:
+        results = lab.reset(list(site_names), all_sites=all_sites, tier=tier, wait=not no_wait, progress=progress)
+    if as_json:
+        emit_json([r.to_dict() for r in results])
+    else:
+        table(None, ["site", "ok", "tier", "total", "phases", "escalations"],
+              [[r.site, "[green]ok[/]" if r.ok else "[red]FAILED[/]", r.tier, f"{r.seconds:.3f}s",
+                " ".join(f"{k}={v:.3f}s" for k, v in r.phases.items()), "; ".join(r.escalations)] for r in results])
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command("verify")
+@click.argument("site")
+@instance_option
+@json_option
+@pass_ctx
+@handle_errors
+def verify_cmd(ctx: Ctx, site: str, instance: str, as_json: bool) -> None:
+    """Compare SITE's live state with its pristine fingerprint and print what differs."""
+    from envctl.render import emit_json
+
+    res = ctx.lab(instance).verify(site)
+    if as_json:
+        emit_json(res)
+    else:
+        click.echo(f"{site}: {'pristine' if res['ok'] else 'DIFFERS'} (expected {str(res['expected'])[:12]}, "
+                   f"live {res['actual'][:12]})")
+        for line in res["differences"]:
+            click.echo(f"  {line}")
+    if not res["ok"]:
+        sys.exit(1)
+
+
+@cli.group()
+def snapshot() -> None:
+    """Golden images and named snapshots of a site's state."""
+
+
+@snapshot.command("create")
+@click.argument("site")
+@click.option("--name", default="golden", show_default=True, help="'golden' (what resets return to) or any name")
+@instance_option
+@json_option
+@pass_ctx
+@handle_errors
+def snapshot_create(ctx: Ctx, site: str, name: str, instance: str, as_json: bool) -> None:
+    """Stop SITE cleanly, commit it, start it again."""
+    from envctl.render import emit_json
+
+    res = ctx.lab(instance).snapshot_create(site, name)
+    if as_json:
+        return emit_json(res)
+    click.echo(f"snapshot '{name}' of {site}: {', '.join(res['images'].values())} (fingerprint {res['fingerprint'][:12]})")
+
+
+@snapshot.command("list")
+@click.option("--site", default=None)
+@instance_option
+@json_option
+@pass_ctx
+@handle_errors
+def snapshot_list(ctx: Ctx, site: str | None, instance: str, as_json: bool) -> None:
+    """Golden images and this instance's named snapshots."""
+    from dataclasses import asdict
+
+    from envctl.render import emit_json, table
+    from envctl.state.snapshots import list_snapshots
+
+    rows = list_snapshots(ctx.lab(instance), site)
+    if as_json:
+        return emit_json([asdict(r) for r in rows])
+    table(None, ["site", "kind", "name", "service", "image", "public url", "fingerprint", "MB"],
+          [[r.site, r.kind, r.name, r.service, r.image, r.public_url, r.fingerprint, r.size_mb] for r in rows])
+
+
+@snapshot.command("restore")
+@click.argument("site")
+@click.argument("name")
+@instance_option
+@json_option
+@pass_ctx
+@handle_errors
+def snapshot_restore(ctx: Ctx, site: str, name: str, instance: str, as_json: bool) -> None:
+    """Make SITE's state the named snapshot's (new copy, verified, swapped in)."""
+    from envctl.render import emit_json
+
+    res = ctx.lab(instance).snapshot_restore(site, name)
+    if as_json:
+        return emit_json(res)
+    click.echo(f"{site} restored to '{name}' in {res['seconds']:.1f}s")
+
+
+@snapshot.command("rm")
+@click.argument("name")
+@click.option("--site", default=None)
+@instance_option
+@pass_ctx
+@handle_errors
+def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str) -> None:
+    """Remove a named snapshot (or, with NAME=golden, golden images)."""
+    from envctl.state.snapshots import remove_snapshot
+
+    for tag in remove_snapshot(ctx.lab(instance), name, site):
+        click.echo(f"removed {tag}")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=7565, show_default=True)
+@click.option("--token", default=None, envvar="ENVCTL_SERVE_TOKEN", help="require this token (?token= or X-Envctl-Token)")
+@instance_option
+@pass_ctx
+@handle_errors
+def serve(ctx: Ctx, host: str, port: int, token: str | None, instance: str) -> None:
+    """Reset server speaking BrowserGym's protocol (GET /reset, GET /status) plus POST /reset/SITE."""
+    from envctl.state.server import serve as make
+
+    server = make(ctx.lab(instance), host, port, token)
+    click.echo(f"envctl reset server for instance '{instance}' on http://{host}:{server.server_address[1]}", err=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+@cli.command("_replenish", hidden=True)
+@click.argument("site_names", nargs=-1)
+@instance_option
+@click.option("--auth-dir", default=None)
+@pass_ctx
+@handle_errors
+def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir: str | None) -> None:
+    """Internal: remove dirty copies and boot spares (run detached by reset and up --spares)."""
+    import time as _t
+
+    lab = ctx.lab(instance, auth_dir)
+    for site in site_names:
+        t = _t.monotonic()
+        slots = lab.replenish(site, progress=lambda s, p, d: click.echo(f"[{s}] {p}: {d}"))
+        click.echo(f"[{site}] replenished {len(slots)} spare(s) in {_t.monotonic() - t:.1f}s")
 
 
 def main() -> None:

@@ -16,9 +16,10 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from envctl.catalog import Catalog, Site, load_catalog
 from envctl.errors import EnvctlError, ImageMissing, NotReady, PortInUse, UsageError
@@ -72,6 +73,7 @@ class Lab:
         if not instance.replace("-", "").isalnum() or not instance[0].isalnum():
             raise UsageError(f"invalid instance name '{instance}'", "use letters, digits and dashes")
         self.catalog = catalog or load_catalog(catalog_path)
+        self.catalog_path = catalog_path or os.environ.get("ENVCTL_CATALOG")
         self.instance = instance
         self.auth_dir = Path(auth_dir) if auth_dir else Path(".auth") if instance == "default" else Path(".auth") / instance
         self.cancel = threading.Event()
@@ -139,7 +141,8 @@ class Lab:
     # -- up ----------------------------------------------------------------------------------
     def up(self, sites: list[str] | None = None, *, all_sites: bool = False, flavor: str | None = None,
            public_host: str | None = None, bind: str | None = None, port_offset: int | None = None,
-           wait: bool = True, login: bool = False, progress: Progress = _noop) -> UpResult:
+           wait: bool = True, login: bool = False, spares: int | None = None,
+           progress: Progress = _noop) -> UpResult:
         """Bring sites to a healthy, configured, reachable state; check and repair what already runs."""
         start = time.monotonic()
         names = self.catalog.resolve(sites, all_sites=all_sites or not sites)
@@ -177,7 +180,91 @@ class Lab:
         result = UpResult(self.instance, settings.flavor, [results[n] for n in names], time.monotonic() - start)
         if login and result.ok and wait:
             self._seed_logins([s.site for s in result.sites], progress)
+        if spares is not None:
+            # Spares are booted by a detached process: 'up' returns when the active copies are healthy.
+            spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
+            with self.proxy_state() as st:
+                for n in spare_sites:
+                    st.wanted[n] = spares
+            if spares > 0 and result.ok:
+                from envctl.state.reset import spawn_replenish
+
+                progress("*", "spares", f"booting {spares} spare(s) per site in the background")
+                spawn_replenish(self, spare_sites)
         return result
+
+    # -- state: reset, verify, snapshots ---------------------------------------------------------
+    def reset(self, sites: list[str] | None = None, *, all_sites: bool = False, tier: str | None = None,
+              wait: bool = True, progress: Progress = _noop, replenish_async: bool = True) -> list[Any]:
+        """Reset sites to their pristine state (fastest tier first), each ending verified."""
+        from envctl.state.reset import reset_site
+
+        up = self.sites_up()
+        names = [n for n in self.catalog.resolve(sites, all_sites=all_sites or not sites) if n in up]
+        if sites:
+            missing = [n for n in sites if n not in up]
+            if missing:
+                raise UsageError(f"not up in instance '{self.instance}': {', '.join(missing)}", "run 'envctl up' first")
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            futures = [pool.submit(reset_site, self, n, tier=tier, wait=wait, progress=progress,
+                                   replenish_async=replenish_async) for n in names]
+            return [f.result() for f in futures]
+
+    def verify(self, site: str) -> dict[str, Any]:
+        from envctl.state.reset import verify
+
+        return verify(self, site)
+
+    def replenish(self, site: str, want: int | None = None, progress: Progress = _noop) -> list[str]:
+        from envctl.state.reset import replenish
+
+        return replenish(self, site, want, progress)
+
+    def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop) -> dict[str, Any]:
+        """Stop the active copy cleanly, commit it (golden or a named snapshot), start it again."""
+        from envctl.state import snapshots
+        from envctl.state.fingerprint import take
+
+        backend = self.backend()
+        with locked(f"reset.{self.instance}.{site}"):
+            copy = self.active_copy(site, backend)
+            if copy is None:
+                raise UsageError(f"site '{site}' is not up in instance '{self.instance}'", f"run 'envctl up {site}'")
+            fp = take(self.catalog, backend.settings.flavor, copy)
+            progress(site, "snapshot", "clean stop, commit, start")
+            if name == "golden":
+                key = snapshots.commit_golden(self, backend, copy, fp)
+                tags = snapshots.golden_tags(self, site, backend, key)
+                with self.proxy_state() as st:
+                    st.pristine[site] = fp.to_json()
+            else:
+                tags = snapshots.commit_snapshot(self, backend, copy, name, fp)
+            ok, results = wait_for(lambda: self.probe(site, backend), timeout=self.catalog.site(site).health.timeout,
+                                   cancel=self.cancel)
+            if not ok:
+                raise NotReady(f"{site}: not healthy again after the snapshot", f"see 'envctl logs {site}'")
+        return {"site": site, "name": name, "images": tags, "fingerprint": fp.digest}
+
+    def snapshot_restore(self, site: str, name: str, progress: Progress = _noop) -> dict[str, Any]:
+        """Boot a copy from a named snapshot, verify it, swap it in; the old copy is removed."""
+        from envctl.state import snapshots
+        from envctl.state.reset import _cleanup_strays, _login, wait_copy_healthy
+
+        backend = self.backend()
+        tags = snapshots.snapshot_tags(self, site, name, backend)
+        missing = [t for t in tags.values() if not dk.image_exists(t)]
+        if missing:
+            raise UsageError(f"no snapshot '{name}' of {site} in instance '{self.instance}'", "see 'envctl snapshot list'")
+        t = time.monotonic()
+        with locked(f"reset.{self.instance}.{site}"):
+            copy = backend.create_copy(site, role="active", images=tags, golden=f"snapshot:{name}", progress=progress,
+                                       cancel=self.cancel)
+            wait_copy_healthy(self, backend, copy, progress)
+            self._route(copy, backend)
+            with locked(f"spare.{self.instance}.{site}"):
+                _cleanup_strays(self, backend, site)
+            _login(self, [site])
+        return {"site": site, "name": name, "seconds": round(time.monotonic() - t, 3)}
 
     def _seed_logins(self, sites: list[str], progress: Progress) -> None:
         try:
@@ -200,23 +287,36 @@ class Lab:
         progress("*", "proxy", f"front proxy on {settings.bind}: ports {', '.join(map(str, ports))}")
         proxy.create(self.instance, f"envctl-{self.instance}", settings.bind, ports, labels, state)
 
-    def _route(self, copy: Copy, backend: LocalBackend) -> None:
+    @contextmanager
+    def proxy_state(self) -> Iterator[proxy.ProxyState]:
+        """Read-modify-write the routing table under a cross-process lock; applied when the block ends."""
+        with self._proxy_lock, locked(f"proxy.{self.instance}"):
+            state = proxy.read_state(self.instance)
+            if state is None:
+                raise UsageError(f"instance '{self.instance}' has no running proxy", "run 'envctl up' to repair it")
+            before = state.to_json()
+            yield state
+            if state.to_json() != before:
+                proxy.apply(self.instance, state, state.ports or None)
+
+    def _route(self, copy: Copy, backend: LocalBackend, pristine: str | None = None) -> None:
         """Point the site's public ports at ``copy`` (atomic, graceful reload)."""
         site = self.catalog.site(copy.site)
         d = backend.settings.deployment
-        with self._proxy_lock:
-            state = proxy.read_state(self.instance) or proxy.ProxyState()
+        with self.proxy_state() as state:
             for svc, c in copy.containers.items():
                 ports = site.services[svc].ports
                 if ports is None:
                     continue
                 public = d.port(ports.public)
-                state.routes[str(public)] = proxy.Route(c.name, ports.container_port(public))
+                allow = backend.container_name(copy.site, svc, "SLOT").replace("SLOT", "[0-9a-f]{6}")
+                state.routes[str(public)] = proxy.Route(c.name, ports.container_port(public), allow)
             state.active[copy.site] = copy.slot
             spares = state.spares.get(copy.site, [])
             if copy.slot in spares:
                 spares.remove(copy.slot)
-            proxy.apply(self.instance, state)
+            if pristine:
+                state.pristine[copy.site] = pristine
 
     def active_copy(self, site: str, backend: LocalBackend) -> Copy | None:
         state = proxy.read_state(self.instance)
@@ -282,6 +382,8 @@ class Lab:
                 raise NotReady(f"{name}: probe '{bad.name}' ({bad.url}) still failing after {site.health.timeout:.0f}s: "
                                f"{bad.detail or bad.status}\n--- last log lines of {name} ---\n{logs}",
                                f"see 'envctl logs {name}'")
+            if action != "kept" and (copy.golden or not self._has_pristine(name)):
+                self._record_pristine(copy, backend)
             progress(name, "healthy", f"healthy at {url}")
             return SiteResult(name, True, action, url, timings, probes=[r.to_dict() for r in results])
         except Cancelled:
@@ -289,6 +391,18 @@ class Lab:
         except EnvctlError as exc:
             progress(name, "failed", str(exc).splitlines()[0])
             return SiteResult(name, False, "failed", url, timings, str(exc))
+
+    def _has_pristine(self, site: str) -> bool:
+        state = proxy.read_state(self.instance)
+        return bool(state and site in state.pristine)
+
+    def _record_pristine(self, copy: Copy, backend: LocalBackend) -> None:
+        """The fingerprint of a fresh, configured copy is what 'pristine' means for this site."""
+        from envctl.state.fingerprint import take
+
+        fp = take(self.catalog, backend.settings.flavor, copy)
+        with self.proxy_state() as state:
+            state.pristine[copy.site] = fp.to_json()
 
     def _boot_images(self, site: str, backend: LocalBackend) -> tuple[dict[str, str] | None, str]:
         """Golden images for this site, flavor and public URL when they exist (boot already configured)."""

@@ -30,7 +30,7 @@ class ProbeResult:
 
 
 def run_probe(probe: Probe, base_url: str, *, exec_fn: Callable[[list[str]], tuple[int, str]] | None = None,
-              timeout: float = 10.0) -> ProbeResult:
+              timeout: float = 10.0, headers: dict[str, str] | None = None) -> ProbeResult:
     url = base_url + probe.path
     start = time.monotonic()
     if probe.kind == "exec":
@@ -41,7 +41,7 @@ def run_probe(probe: Probe, base_url: str, *, exec_fn: Callable[[list[str]], tup
                            "" if rc == 0 else out[-300:])
     try:
         resp = requests.request(probe.method, url, json=probe.json_body, timeout=timeout,
-                                allow_redirects=probe.follow_redirects)
+                                allow_redirects=probe.follow_redirects, headers=headers)
     except requests.RequestException as exc:
         return ProbeResult(probe.name, False, (time.monotonic() - start) * 1000, url, None,
                            f"{type(exc).__name__}: {str(exc)[:200]}")

@@ -154,6 +154,15 @@ def exec_argv(name: str | Container, argv: list[str], *, user: str | None = None
         return exc.return_code, ((exc.stdout or "") + (exc.stderr or "")).strip()
 
 
+def exec_stdin(name: str | Container, argv: list[str], data: bytes, timeout: float = 60) -> tuple[int, str]:
+    """Run argv inside a container with ``data`` on its stdin (python-on-whales has no stdin for exec)."""
+    import subprocess
+
+    cname = name if isinstance(name, str) else name.name
+    proc = subprocess.run(["docker", "exec", "-i", cname, *argv], input=data, capture_output=True, timeout=timeout)
+    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace").strip()
+
+
 @_wrap
 def inspect(name: str | Container) -> Container | None:
     try:
@@ -202,12 +211,19 @@ def remove_network(name: str) -> None:
         docker.network.remove(name)
 
 
-@_wrap
 def commit(container: str | Container, tag: str, labels: dict[str, str]) -> str:
-    """Commit a container to an image; labels ride along via --change."""
-    changes = [f'LABEL {k}="{v}"' for k, v in labels.items()]
-    img = docker.container.commit(container, tag=tag, changes=changes)
-    return img.id
+    """Commit a container to an image with labels (python-on-whales' commit has no --change)."""
+    import json
+    import subprocess
+
+    name = container if isinstance(container, str) else container.name
+    argv = ["docker", "commit", "--pause=false"]
+    for k, v in labels.items():
+        argv += ["--change", f"LABEL {k}={json.dumps(v)}"]
+    proc = subprocess.run([*argv, name, tag], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DockerError(f"'docker commit {name} {tag}' failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    return proc.stdout.strip()
 
 
 @_wrap

@@ -8,8 +8,9 @@ applies it, it cannot drift from what is actually routed, and ``down`` removes i
 """
 from __future__ import annotations
 
+import io
 import json
-import tempfile
+import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,11 @@ PROXY_DIR = Path(__file__).resolve().parents[1] / "images" / "proxy"
 class Route:
     backend: str  # container name
     port: int  # container port of the backend
+    # Copies of this site whose name matches this pattern may be addressed on this port with the
+    # request header X-Envctl-Backend (used to verify and log in a spare before it is swapped in).
+    allow: str = ""
+
+BACKEND_HEADER = "X-Envctl-Backend"
 
 
 @dataclass
@@ -36,16 +42,22 @@ class ProxyState:
     routes: dict[str, Route] = field(default_factory=dict)  # str(public port) -> Route
     active: dict[str, str] = field(default_factory=dict)  # site -> slot
     spares: dict[str, list[str]] = field(default_factory=dict)  # site -> verified, ready slots
+    pristine: dict[str, str] = field(default_factory=dict)  # site -> fingerprint JSON of its pristine state
+    wanted: dict[str, int] = field(default_factory=dict)  # site -> spares to keep ready
+    ports: list[int] = field(default_factory=list)  # what the proxy container publishes
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
         raw = json.loads(text or "{}")
         routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
-        return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {})
+        return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
+                   pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [])
 
     def to_json(self) -> str:
-        return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()},
-                           "active": self.active, "spares": self.spares}, indent=1, sort_keys=True)
+        return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()}, "active": self.active,
+                           "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
+                           "ports": self.ports},
+                          indent=1, sort_keys=True)
 
 
 def proxy_name(instance: str) -> str:
@@ -65,10 +77,13 @@ def render(state: ProxyState, ports: list[int]) -> str:
             out.append(f"server {{ listen {port}; location / {{ default_type text/plain; "
                        f"return 503 'envctl: no site is active on port {port}\\n'; }} }}")
             continue
+        var = f"$envctl_backend_{port}"
+        out.append(f'map $http_x_envctl_backend {var} {{\n  default "{r.backend}:{r.port}";\n'
+                   + (f'  "~^({r.allow}:{r.port})$" $1;\n' if r.allow else "") + "}")
         out.append(
             f"server {{\n  listen {port};\n  location / {{\n"
-            f"    set $backend \"{r.backend}:{r.port}\";\n"
-            "    proxy_pass http://$backend;\n"
+            f"    proxy_pass http://{var};\n"
+            "    proxy_set_header X-Envctl-Backend \"\";\n"
             "    proxy_set_header Host $http_host;\n"
             "    proxy_set_header X-Real-IP $remote_addr;\n"
             "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
@@ -99,18 +114,18 @@ def read_state(instance: str) -> ProxyState | None:
     return ProxyState.from_json(out)
 
 
-def apply(instance: str, state: ProxyState) -> None:
+def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> None:
     """Install a new routing table atomically and reload nginx gracefully."""
     name = proxy_name(instance)
-    ports = published_ports(instance)
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / "staged"
-        staged.mkdir()
-        (staged / "routes.conf").write_text(render(state, ports))
-        (staged / "state.json").write_text(state.to_json())
-        dk.copy_to(name, staged / "routes.conf", "/etc/nginx/envctl/staged/routes.conf")
-        dk.copy_to(name, staged / "state.json", "/etc/nginx/envctl/staged/state.json")
-    rc, out = dk.exec_argv(name, ["envctl-proxy-apply"])
+    ports = ports if ports is not None else published_ports(instance)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for fname, text in (("routes.conf", render(state, ports)), ("state.json", state.to_json())):
+            data = text.encode()
+            info = tarfile.TarInfo(fname)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    rc, out = dk.exec_stdin(name, ["envctl-proxy-apply", "--stdin"], buf.getvalue())
     if rc != 0:
         raise DockerError(f"proxy {name} rejected the routing table: {out}")
 
@@ -131,7 +146,9 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
     )
     dk.run(spec)
     dk.wait_running(name)
-    apply(instance, state or ProxyState())
+    state = state or ProxyState()
+    state.ports = sorted(ports)
+    apply(instance, state, sorted(ports))
 
 
 def remove(instance: str) -> None:

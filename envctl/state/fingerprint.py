@@ -1,0 +1,69 @@
+"""State fingerprints: the catalog's queries run inside a site copy's containers, hashed.
+
+A fingerprint is the SHA-256 of every query's output (``name`` then output), plus the outputs
+themselves so that ``verify`` can say which query differs and how.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from envctl.catalog import Catalog
+from envctl.errors import DockerError
+from envctl.provision import docker as dk
+from envctl.provision.local import Copy, mask
+
+
+@dataclass
+class Fingerprint:
+    digest: str
+    parts: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"digest": self.digest, "parts": self.parts}, sort_keys=True)
+
+    def to_label(self) -> str:
+        return base64.b64encode(self.to_json().encode()).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> "Fingerprint":
+        if not text.lstrip().startswith("{"):
+            text = base64.b64decode(text).decode()
+        raw = json.loads(text)
+        return cls(raw["digest"], raw.get("parts", {}))
+
+
+def take(catalog: Catalog, flavor: str, copy: Copy) -> Fingerprint:
+    """Run the site's fingerprint queries in ``copy``; an empty query set hashes to a constant."""
+    site = catalog.site(copy.site)
+    parts: dict[str, str] = {}
+    for q in site.fingerprint_queries(flavor):
+        c = copy.containers.get(q.service or site.entry)
+        if c is None:
+            raise DockerError(f"{copy.site}: fingerprint query '{q.name}' names a service this copy does not have")
+        rc, out = dk.exec_argv(c, list(q.run))
+        if rc != 0:
+            raise DockerError(f"{copy.site}: fingerprint query '{q.name}' failed (exit {rc}): {mask(site, out)[-200:]}")
+        parts[q.name] = "\n".join(line.rstrip() for line in out.strip().splitlines())
+    h = hashlib.sha256()
+    for name in sorted(parts):
+        h.update(name.encode() + b"\0" + parts[name].encode() + b"\0")
+    return Fingerprint(h.hexdigest(), parts)
+
+
+def diff(expected: Fingerprint, actual: Fingerprint) -> list[str]:
+    """Human-readable differences, one line per changed output line."""
+    out: list[str] = []
+    for name in sorted(set(expected.parts) | set(actual.parts)):
+        a = expected.parts.get(name, "").splitlines()
+        b = actual.parts.get(name, "").splitlines()
+        if a == b:
+            continue
+        for i in range(max(len(a), len(b))):
+            la = a[i] if i < len(a) else "<none>"
+            lb = b[i] if i < len(b) else "<none>"
+            if la != lb:
+                out.append(f"{name}: expected {la!r}, found {lb!r}")
+    return out
