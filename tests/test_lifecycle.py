@@ -1,0 +1,534 @@
+"""The local lifecycle end to end (issue 4): ``envctl up / down / status / health / env / logs / exec``.
+
+Real engine, mini flavor, the CLI run as a subprocess; sites are reached only through the front
+proxy's ports on 127.0.0.1. One ``up --all`` (instance ``lc1``, offset 24000) is shared by the
+module; ``lc2`` (offset 25000) is a second instance beside it; ``lc3`` is used for refusals that
+must create nothing and ``lc4`` for a site whose probe never passes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+import pytest
+import requests
+import yaml
+
+from envctl.catalog import BUILTIN, Catalog, load_catalog
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+LC1, LC1_OFFSET = "lc1", 24000
+LC2, LC2_OFFSET = "lc2", 25000
+LC3 = "lc3"  # refusals: nothing may ever exist for it
+LC4 = "lc4"  # offset chosen at run time: other instances come and go on this engine
+OURS = (LC1, LC2, LC3, LC4)
+PHASES = ("create", "boot", "configure", "healthy")
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def envctl(*args: str, catalog: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "envctl.cli"]
+    if catalog is not None:
+        argv += ["--catalog", str(catalog)]
+    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_CATALOG", "ENVCTL_INSTANCE")}
+    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def up_json(*args: str, catalog: Path | None = None) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    p = envctl("up", *args, "--json", "--no-login", catalog=catalog)
+    try:
+        data = json.loads(p.stdout)
+    except ValueError:
+        pytest.fail(f"'envctl up {' '.join(args)}' printed no JSON (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+    return p, data
+
+
+def docker_json(*argv: str) -> Any:
+    out = subprocess.run(["docker", *argv], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def container_ids(instance: str) -> dict[str, str]:
+    """name -> id of every container (running or not) labelled for ``instance``."""
+    out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--filter", f"label=envctl.instance={instance}",
+                          "--format", "{{.Names}} {{.ID}}"], capture_output=True, text=True, check=True).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def networks_of(instance: str) -> list[str]:
+    by_label = subprocess.run(["docker", "network", "ls", "-q", "--filter", f"label=envctl.instance={instance}"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    by_name = subprocess.run(["docker", "network", "ls", "--format", "{{.Name}}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    return by_label + [n for n in by_name if n == f"envctl-{instance}"]
+
+
+def assert_nothing_left(instance: str) -> None:
+    assert container_ids(instance) == {}, f"containers of {instance} survived: {container_ids(instance)}"
+    assert networks_of(instance) == [], f"networks of {instance} survived: {networks_of(instance)}"
+
+
+def teardown_instance(instance: str) -> None:
+    from envctl.lab import Lab
+
+    if container_ids(instance) or networks_of(instance):
+        Lab(instance=instance).down()
+    assert_nothing_left(instance)
+
+
+def public_port(catalog: Catalog, site: str, service: str | None, offset: int) -> int:
+    s = catalog.site(site)
+    ports = s.services[service or s.entry].ports
+    assert ports is not None
+    return ports.public + offset
+
+
+def check_probes(catalog: Catalog, site: str, offset: int) -> list[str]:
+    """Run the catalog's HTTP probes for ``site`` ourselves (plain requests on 127.0.0.1); returns failures."""
+    bad = []
+    for p in catalog.site(site).health.probes:
+        base = f"http://127.0.0.1:{public_port(catalog, site, p.service, offset)}"
+        try:
+            r = requests.request(p.method, base + p.path, json=p.json_body, timeout=20)
+        except requests.RequestException as exc:
+            bad.append(f"{site}/{p.name}: {exc}")
+            continue
+        if r.status_code not in p.expect_status:
+            bad.append(f"{site}/{p.name}: HTTP {r.status_code}")
+        if p.expect_text and p.expect_text not in r.text:
+            bad.append(f"{site}/{p.name}: {p.expect_text!r} missing")
+        if p.same_host and urlparse(r.url).netloc != urlparse(base).netloc:
+            bad.append(f"{site}/{p.name}: ended on {r.url}")
+    return bad
+
+
+def wait_port_free(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"port {port} still answers after down")
+        time.sleep(0.2)
+
+
+def free_offset(bases: list[int], start: int = 26000) -> int:
+    """The first offset from ``start`` (steps of 211) at which every ``base + offset`` is free on 127.0.0.1."""
+    for offset in range(start, 65535 - max(bases), 211):
+        free = True
+        for base in bases:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", base + offset))
+                except OSError:
+                    free = False
+                    break
+        if free:
+            return offset
+    pytest.fail(f"no free port offset for {bases}")
+
+
+def catalog_copy(tmp: Path, edit: Any) -> Path:
+    raw = yaml.safe_load(BUILTIN.read_text())
+    edit(raw["sites"])
+    path = tmp / "sites.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    load_catalog(path)  # still a valid catalog
+    return path
+
+
+# -- fixtures --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def mini_images(docker_engine: None) -> Catalog:
+    """Every mini image and the proxy image, built once (Docker's cache makes a warm build quick)."""
+    from envctl.images.build import build_for_sites
+
+    cat = load_catalog()
+    build_for_sites(cat, cat.resolve(None), "mini")
+    return cat
+
+
+@pytest.fixture(scope="module")
+def instances_cleanup(mini_images: Catalog) -> Iterator[None]:
+    for inst in OURS:  # strays from an interrupted earlier run
+        teardown_instance(inst)
+    yield
+    for inst in OURS:
+        teardown_instance(inst)
+
+
+@pytest.fixture(scope="module")
+def lc1(mini_images: Catalog, instances_cleanup: None) -> dict[str, Any]:
+    """``envctl up --all --flavor mini`` for instance lc1: the JSON result and how long it took."""
+    t = time.monotonic()
+    p, data = up_json("--all", "--flavor", "mini", "--instance", LC1, "--port-offset", str(LC1_OFFSET))
+    data["_wall"] = time.monotonic() - t
+    assert p.returncode == 0, f"up failed:\n{p.stderr[-4000:]}"
+    data["_ids"] = container_ids(LC1)
+    return data
+
+
+# -- up --all --------------------------------------------------------------------------------------
+
+def test_up_all_every_site_healthy_through_the_proxy(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    cat = mini_images
+    assert lc1["ok"] is True and lc1["instance"] == LC1 and lc1["flavor"] == "mini"
+    sites = {s["site"]: s for s in lc1["sites"]}
+    assert set(sites) == set(cat.sites)
+    for name, s in sites.items():
+        assert s["ok"] and s["action"] == "created", (name, s["action"], s["error"])
+        assert set(PHASES) <= set(s["timings"]), (name, s["timings"])
+        assert all(isinstance(v, float) and 0 <= v < 600 for v in s["timings"].values()), s["timings"]
+        site = cat.site(name)
+        assert s["url"] == f"http://127.0.0.1:{public_port(cat, name, None, LC1_OFFSET)}{site.url_path}"
+        assert s["probes"] and all(p["ok"] for p in s["probes"]), s["probes"]
+    # Each site answers its catalog probes when asked directly, through the proxy's 127.0.0.1 ports.
+    bad = [b for name in cat.sites for b in check_probes(cat, name, LC1_OFFSET)]
+    assert bad == []
+    for name, s in sites.items():
+        r = requests.get(s["url"], timeout=20)
+        assert r.status_code == 200, (name, r.status_code)
+
+
+def test_only_the_proxy_publishes_ports_on_loopback(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    cat = mini_images
+    expected = {public_port(cat, n, svc, LC1_OFFSET) for n in cat.sites
+                for svc in cat.site(n).services_for("mini") if cat.site(n).services[svc].ports}
+    details = docker_json("inspect", *lc1["_ids"].values())
+    proxies = [d for d in details if d["Config"]["Labels"].get("envctl.role") == "proxy"]
+    assert [d["Name"].lstrip("/") for d in proxies] == [f"envctl-{LC1}-proxy"]
+    for d in details:
+        bindings = {k: v for k, v in (d["HostConfig"]["PortBindings"] or {}).items() if v}
+        live = {k: v for k, v in (d["NetworkSettings"]["Ports"] or {}).items() if v}
+        if d in proxies:
+            published = {int(b["HostPort"]) for v in bindings.values() for b in v}
+            assert published == expected
+            assert {b["HostIp"] for v in bindings.values() for b in v} == {"127.0.0.1"}
+            assert {b["HostIp"] for v in live.values() for b in v} == {"127.0.0.1"}
+        else:
+            assert bindings == {} and live == {}, f"backend {d['Name']} publishes {bindings or live}"
+            assert list(d["NetworkSettings"]["Networks"]) == [f"envctl-{LC1}"]
+
+
+# -- configure steps -------------------------------------------------------------------------------
+
+def test_magento_base_url_is_the_public_url(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    for site in ("shopping", "shopping_admin"):
+        public = f"http://127.0.0.1:{public_port(mini_images, site, None, LC1_OFFSET)}"
+        p = envctl("exec", "--instance", LC1, site, "--", "mysql", "-u", "magentouser", "-pMyPassword", "magentodb",
+                   "-N", "-e", "SELECT path, value FROM core_config_data WHERE path LIKE 'web/%/base_url'")
+        assert p.returncode == 0, p.stderr
+        rows = dict(line.split("\t") for line in p.stdout.strip().splitlines())
+        assert rows == {"web/unsecure/base_url": public + "/", "web/secure/base_url": public + "/"}, (site, rows)
+        path = "/admin" if site == "shopping_admin" else "/"
+        r = requests.get(public + path, timeout=20)
+        assert r.status_code == 200 and urlparse(r.url).netloc == urlparse(public).netloc, (site, r.url)
+        assert all(urlparse(h.headers.get("Location", public)).netloc in ("", urlparse(public).netloc)
+                   for h in r.history), [h.headers.get("Location") for h in r.history]
+    # The same store under another host name is sent to the configured base URL: the check above means something.
+    r = requests.get(f"http://127.0.0.1:{public_port(mini_images, 'shopping', None, LC1_OFFSET)}/",
+                     headers={"Host": "stale.example:7770"}, allow_redirects=False, timeout=20)
+    assert r.status_code in (301, 302) and r.headers["Location"].startswith(
+        f"http://127.0.0.1:{public_port(mini_images, 'shopping', None, LC1_OFFSET)}/")
+
+
+def test_gitlab_external_url_is_the_public_url(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    public = f"http://127.0.0.1:{public_port(mini_images, 'gitlab', None, LC1_OFFSET)}"
+    p = envctl("exec", "--instance", LC1, "gitlab", "--", "grep", "^external_url", "/etc/gitlab/gitlab.rb")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines() == [f"external_url '{public}'"]
+    r = requests.get(public + "/users/sign_in", timeout=20)
+    assert r.status_code == 200 and "Sign in" in r.text and urlparse(r.url).netloc == urlparse(public).netloc
+
+
+# -- idempotency -----------------------------------------------------------------------------------
+
+def test_second_up_keeps_everything_and_creates_nothing(lc1: dict[str, Any]) -> None:
+    p, data = up_json("--all", "--instance", LC1)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert {s["site"]: s["action"] for s in data["sites"]} == {s["site"]: "kept" for s in lc1["sites"]}
+    assert container_ids(LC1) == lc1["_ids"]
+    # Asking again with the same settings is fine; with other settings it is refused, not half-applied.
+    p = envctl("up", "homepage", "--instance", LC1, "--port-offset", "24001", "--no-login")
+    assert p.returncode == 2 and "port_offset=24000" in p.stderr, p.stderr
+    assert container_ids(LC1) == lc1["_ids"]
+
+
+# -- env -------------------------------------------------------------------------------------------
+
+def _dotenv(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line.strip())
+
+
+def _sourced(text: str, tmp_path: Path, names: list[str]) -> dict[str, str]:
+    script = tmp_path / "env.sh"
+    script.write_text(text)
+    dump = "; ".join(f'printf "%s\\0%s\\0" {n} "${n}"' for n in names)
+    out = subprocess.run(["bash", "-c", f'set -eu; . "$1"; {dump}', "bash", str(script)],
+                         capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]}).stdout
+    parts = out.split("\0")[:-1]
+    return dict(zip(parts[::2], parts[1::2]))
+
+
+def test_env_formats_round_trip(lc1: dict[str, Any], mini_images: Catalog, tmp_path: Path) -> None:
+    from envctl.lab import Lab
+
+    lab = Lab(instance=LC1)
+    wa, vwa = lab.env("webarena"), lab.env("visualwebarena")
+    port = lambda site: public_port(mini_images, site, None, LC1_OFFSET)  # noqa: E731
+    assert wa == {
+        "SHOPPING": f"http://127.0.0.1:{port('shopping')}",
+        "SHOPPING_ADMIN": f"http://127.0.0.1:{port('shopping_admin')}/admin",
+        "REDDIT": f"http://127.0.0.1:{port('reddit')}",
+        "GITLAB": f"http://127.0.0.1:{port('gitlab')}",
+        "WIKIPEDIA": f"http://127.0.0.1:{port('wikipedia')}/wikipedia_en_all_maxi_2022-05/A/User:The_other_Kiwix_guy/Landing",
+        "MAP": f"http://127.0.0.1:{port('map')}",
+        "HOMEPAGE": f"http://127.0.0.1:{port('homepage')}",
+    }
+    assert vwa["DATASET"] == "visualwebarena" and vwa["CLASSIFIEDS"] == f"http://127.0.0.1:{port('classifieds')}"
+    assert vwa["CLASSIFIEDS_RESET_TOKEN"] == mini_images.site("classifieds").settings["reset_token"]
+    assert vwa["WIKIPEDIA"] == f"http://127.0.0.1:{port('wikipedia')}"
+    for values in (wa, vwa):
+        assert not any(v.endswith("/") for v in values.values()), values
+    r = requests.get(wa["WIKIPEDIA"], timeout=20)
+    assert r.status_code == 200 and urlparse(r.url).netloc == f"127.0.0.1:{port('wikipedia')}"
+
+    for bench, want in (("webarena", wa), ("visualwebarena", vwa)):
+        shell = envctl("env", "--instance", LC1, "--format", "shell", "--benchmark", bench)
+        assert shell.returncode == 0, shell.stderr
+        assert _sourced(shell.stdout, tmp_path, list(want)) == want
+        dot = envctl("env", "--instance", LC1, "--format", "dotenv", "--benchmark", bench)
+        assert _dotenv(dot.stdout) == want
+
+    js = json.loads(envctl("env", "--instance", LC1, "--format", "json").stdout)
+    assert js["instance"] == LC1 and js["running"] is True
+    assert js["webarena"] == wa and js["visualwebarena"] == vwa
+    assert set(js["sites_up"]) == set(mini_images.sites)
+
+    bg = _dotenv(envctl("env", "--instance", LC1, "--format", "browsergym").stdout.replace("export ", ""))
+    bg = {k: v.strip("'") for k, v in bg.items()}
+    assert {k: v for k, v in bg.items() if k.startswith("WA_") and k != "WA_FULL_RESET"} == {f"WA_{k}": v for k, v in wa.items()}
+    assert {k: v for k, v in bg.items() if k.startswith("VWA_") and k != "VWA_FULL_RESET"} == {
+        f"VWA_{k}": v for k, v in vwa.items() if k != "DATASET"}
+    assert _sourced(envctl("env", "--instance", LC1, "--format", "browsergym").stdout, tmp_path, list(bg)) == bg
+
+    al = json.loads(envctl("env", "--instance", LC1, "--format", "agentlab").stdout)
+    assert isinstance(al, list)
+    mine = [e for e in al if e["instance"] == LC1]
+    assert len(mine) == 1
+    assert {k: mine[0][k] for k in ("shopping", "shopping_admin", "reddit", "gitlab", "wikipedia", "map", "homepage")} == {
+        "shopping": wa["SHOPPING"], "shopping_admin": wa["SHOPPING_ADMIN"], "reddit": wa["REDDIT"],
+        "gitlab": wa["GITLAB"], "wikipedia": wa["WIKIPEDIA"], "map": wa["MAP"], "homepage": wa["HOMEPAGE"]}
+
+
+# -- status, health, logs, exec ----------------------------------------------------------------------
+
+def test_status_json(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    p = envctl("status", "--instance", LC1, "--json")
+    assert p.returncode == 0, p.stderr
+    st = json.loads(p.stdout)
+    assert st["running"] is True and st["flavor"] == "mini" and st["port_offset"] == LC1_OFFSET
+    assert st["bind"] == "127.0.0.1" and st["public_host"] == "127.0.0.1"
+    rows = {r["site"]: r for r in st["sites"]}
+    assert set(rows) == set(mini_images.sites)
+    urls = {s["site"]: s["url"] for s in lc1["sites"]}
+    for name, row in rows.items():
+        site = mini_images.site(name)
+        assert row["url"] == urls[name] and row["flavor"] == "mini" and row["healthy"] is True, row
+        assert [p["name"] for p in row["probes"]] == [p.name for p in site.health.probes]
+        assert all(p["ok"] and 0 < p["latency_ms"] < 20000 for p in row["probes"]), row["probes"]
+        active = [c for c in row["containers"] if c["role"] == "active"]
+        assert {c["service"] for c in active} == set(site.services_for("mini"))
+        for c in active:
+            assert c["image"] == site.services[c["service"]].flavors["mini"].image
+            assert c["state"] == "running" and 0 < c["uptime_s"] < 3600
+            assert c["name"] in container_ids(LC1)
+
+
+def test_health_json(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    p = envctl("health", "--instance", LC1, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["ok"] is True and set(res["sites"]) == set(mini_images.sites)
+
+
+def test_logs_and_exec(lc1: dict[str, Any]) -> None:
+    p = envctl("logs", "--instance", LC1, "homepage", "--tail", "50")
+    assert p.returncode == 0 and "listening on :4399" in p.stdout, p.stdout + p.stderr
+    p = envctl("exec", "--instance", LC1, "reddit", "--", "cat", "/etc/hostname")
+    assert p.returncode == 0
+    reddit = next(n for n in container_ids(LC1) if n.startswith(f"envctl-{LC1}-reddit-web-"))
+    assert p.stdout.strip() == docker_json("inspect", reddit)[0]["Config"]["Hostname"]
+    p = envctl("exec", "--instance", LC1, "map", "--service", "tile", "--", "sh", "-c", "echo on-$0; exit 3", "tile")
+    assert p.returncode == 3 and "on-tile" in p.stdout
+    p = envctl("exec", "--instance", LC1, "nosuchsite", "--", "true")
+    assert p.returncode == 2 and "unknown site 'nosuchsite'" in p.stderr
+
+
+# -- repair ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def repaired(lc1: dict[str, Any]) -> dict[str, Any]:
+    """``docker rm -f`` reddit's container, then ``up`` again."""
+    before = container_ids(LC1)
+    victim = next(n for n in before if n.startswith(f"envctl-{LC1}-reddit-web-"))
+    subprocess.run(["docker", "rm", "-f", victim], check=True, capture_output=True)
+    p, data = up_json("--instance", LC1)
+    return {"proc": p, "data": data, "before": before, "victim": victim, "after": container_ids(LC1)}
+
+
+def test_up_repairs_a_removed_backend(repaired: dict[str, Any], mini_images: Catalog) -> None:
+    p, data = repaired["proc"], repaired["data"]
+    assert p.returncode == 0, p.stderr[-3000:]
+    actions = {s["site"]: s["action"] for s in data["sites"]}
+    assert {k: v for k, v in actions.items() if k != "reddit"} == {k: "kept" for k in actions if k != "reddit"}
+    assert actions["reddit"] in ("repaired", "created")  # the exact word is checked below
+    before, after = repaired["before"], repaired["after"]
+    new = [n for n in after if n not in before]
+    assert len(new) == 1 and new[0].startswith(f"envctl-{LC1}-reddit-web-") and repaired["victim"] not in after
+    assert {n: i for n, i in after.items() if n != new[0]} == {n: i for n, i in before.items() if n != repaired["victim"]}
+    assert check_probes(mini_images, "reddit", LC1_OFFSET) == []
+
+
+@pytest.mark.xfail(reason="bug: a site whose only container was removed is reported 'created', not 'repaired' "
+                          "(active_copy() finds no copy, so _ensure_site never sets action='repaired')", strict=True)
+def test_repair_is_reported_as_repaired(repaired: dict[str, Any]) -> None:
+    actions = {s["site"]: s["action"] for s in repaired["data"]["sites"]}
+    assert actions["reddit"] == "repaired"
+
+
+# -- a second instance -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lc2(lc1: dict[str, Any]) -> dict[str, Any]:
+    p, data = up_json("--all", "--flavor", "mini", "--instance", LC2, "--port-offset", str(LC2_OFFSET))
+    assert p.returncode == 0, p.stderr[-4000:]
+    return data
+
+
+def test_second_instance_coexists(lc1: dict[str, Any], lc2: dict[str, Any], mini_images: Catalog) -> None:
+    assert lc2["ok"] and all(s["action"] == "created" for s in lc2["sites"])
+    for inst, offset in ((LC1, LC1_OFFSET), (LC2, LC2_OFFSET)):
+        p = envctl("health", "--instance", inst, "--json")
+        assert p.returncode == 0 and json.loads(p.stdout)["ok"] is True, (inst, p.stdout[-2000:])
+        assert [b for n in mini_images.sites for b in check_probes(mini_images, n, offset)] == []
+    # Each instance's homepage links to its own sites.
+    for offset in (LC1_OFFSET, LC2_OFFSET):
+        page = requests.get(f"http://127.0.0.1:{4399 + offset}/", timeout=20).text
+        assert f"127.0.0.1:{9999 + offset}" in page
+    listed = {i["instance"]: i for i in json.loads(envctl("instances", "--json").stdout)}
+    for inst, offset in ((LC1, LC1_OFFSET), (LC2, LC2_OFFSET)):
+        assert listed[inst]["port_offset"] == offset and listed[inst]["flavor"] == "mini"
+        assert listed[inst]["state"] == "running" and set(listed[inst]["sites"]) == set(mini_images.sites)
+        assert listed[inst]["webarena"]["HOMEPAGE"] == f"http://127.0.0.1:{4399 + offset}"
+    assert not set(container_ids(LC1)) & set(container_ids(LC2))
+
+
+def test_down_removes_only_that_instance(lc1: dict[str, Any], lc2: dict[str, Any], mini_images: Catalog) -> None:
+    bystander = f"lc-bystander-{os.getpid()}"
+    subprocess.run(["docker", "run", "-d", "--name", bystander, "debian:bookworm-slim", "sleep", "600"],
+                   check=True, capture_output=True)
+    try:
+        lc1_before = container_ids(LC1)
+        p = envctl("down", "--instance", LC2, "--json")
+        assert p.returncode == 0, p.stderr
+        removed = json.loads(p.stdout)["removed"]
+        assert f"envctl-{LC2}-proxy" in removed and all(n.startswith(f"envctl-{LC2}-") for n in removed)
+        assert_nothing_left(LC2)
+        for port in (4399 + LC2_OFFSET, 9999 + LC2_OFFSET):
+            wait_port_free(port)
+        assert container_ids(LC1) == lc1_before
+        state = docker_json("inspect", bystander)[0]["State"]
+        assert state["Running"] is True
+        assert [b for n in mini_images.sites for b in check_probes(mini_images, n, LC1_OFFSET)] == []
+        assert LC2 not in {i["instance"] for i in json.loads(envctl("instances", "--json").stdout)}
+        # down again is a no-op, not an error
+        p = envctl("down", "--instance", LC2, "--json")
+        assert p.returncode == 0 and json.loads(p.stdout)["removed"] in ([], [f"envctl-{LC2}-proxy"])
+    finally:
+        subprocess.run(["docker", "rm", "-f", bystander], capture_output=True)
+
+
+# -- refusals: nothing created ---------------------------------------------------------------------
+
+def test_port_conflict_is_refused_before_anything_is_created(instances_cleanup: None) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        offset = busy - 4399
+        p = envctl("up", "homepage", "--flavor", "mini", "--instance", LC3, "--port-offset", str(offset), "--no-login")
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith("error: ") and f"port {busy}" in line
+    assert f"pid {os.getpid()}" in line and "python" in line, line
+    assert "--port-offset" in line
+    assert_nothing_left(LC3)
+
+
+def test_missing_image_is_refused_before_anything_is_created(instances_cleanup: None, tmp_path: Path) -> None:
+    def edit(sites: dict[str, Any]) -> None:
+        sites["homepage"]["services"]["web"]["flavors"]["mini"]["image"] = "envctl-mini/nope:1"
+
+    cat = catalog_copy(tmp_path, edit)
+    offset = free_offset([4399, 9999])
+    p = envctl("up", "homepage", "reddit", "--flavor", "mini", "--instance", LC3, "--port-offset", str(offset),
+               "--no-login", catalog=cat)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "envctl-mini/nope:1" in p.stderr and "envctl images build --flavor mini" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert_nothing_left(LC3)
+
+
+# -- a site that never becomes healthy -------------------------------------------------------------
+
+def test_failing_probe_is_reported_with_probe_and_logs(mini_images: Catalog, instances_cleanup: None,
+                                                       tmp_path: Path) -> None:
+    marker = "envctl-text-that-never-appears"
+
+    def edit(sites: dict[str, Any]) -> None:
+        sites["homepage"]["health"] = {"timeout": 8, "probes": [{"name": "never", "path": "/", "expect_text": marker}]}
+
+    cat = catalog_copy(tmp_path, edit)
+    offset = free_offset([4399, 8888, 9999])
+    t = time.monotonic()
+    p = envctl("up", "homepage", "wikipedia", "reddit", "--flavor", "mini", "--instance", LC4,
+               "--port-offset", str(offset), "--no-login", catalog=cat)
+    took = time.monotonic() - t
+    try:
+        assert p.returncode == 1, p.stdout + p.stderr
+        err = p.stderr
+        assert "probe 'never'" in err and f"{marker!r} not found" in err and "after 8s" in err, err
+        assert "body: " in err, err  # the last response itself, not just the verdict
+        # the container's own last log lines are shown
+        home = next(n for n in container_ids(LC4) if n.startswith(f"envctl-{LC4}-homepage-web-"))
+        logs = subprocess.run(["docker", "logs", "--tail", "15", home], capture_output=True, text=True)
+        last = [line for line in (logs.stdout + logs.stderr).splitlines() if line.strip()][-1]
+        assert "last log lines" in err and last in err, err
+        assert took < 180, f"up waited {took:.0f}s for an 8 s deadline"
+        # the others in the same up are healthy and stay up
+        assert check_probes(mini_images, "wikipedia", offset) == []
+        assert check_probes(mini_images, "reddit", offset) == []
+        st = json.loads(envctl("status", "--instance", LC4, "--json", catalog=cat).stdout)
+        health = {r["site"]: r["healthy"] for r in st["sites"]}
+        assert health == {"homepage": False, "wikipedia": True, "reddit": True}
+        # with --json the failure is in the machine-readable result too
+        p2, data = up_json("homepage", "--instance", LC4, catalog=cat)
+        assert p2.returncode == 1 and data["ok"] is False
+        bad = {s["site"]: s for s in data["sites"]}["homepage"]
+        assert bad["action"] in ("failed", "repaired") and not bad["ok"] and "probe 'never'" in bad["error"]
+    finally:
+        teardown_instance(LC4)
