@@ -1,0 +1,267 @@
+"""Reset tiers, fingerprints, spares, snapshots and the reset server, on the mini flavor with a real engine."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+
+from envctl.catalog import load_catalog
+from envctl.errors import EnvctlError
+from envctl.images.build import build_for_sites
+from envctl.lab import Lab
+from envctl.provision import docker as dk
+from envctl.provision import proxy
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
+INSTANCE, OFFSET = "rt", 26000
+SITES = ["reddit", "gitlab", "classifieds", "wikipedia"]
+GITLAB_TOKEN = "glpat-envctlMiniByteblaze1"
+
+
+@pytest.fixture(scope="module")
+def lab(docker_engine, tmp_path_factory):
+    cat = load_catalog()
+    build_for_sites(cat, SITES, "mini")
+    lab = Lab(cat, instance=INSTANCE, auth_dir=tmp_path_factory.mktemp("auth"))
+    lab.down()
+    res = lab.up(SITES, flavor="mini", port_offset=OFFSET, login=False)
+    assert res.ok, [s.error for s in res.sites if not s.ok]
+    yield lab
+    lab.down()
+    for c in dk.containers(instance=INSTANCE):  # nothing may survive
+        dk.remove([c.name])
+
+
+def url(lab: Lab, site: str) -> str:
+    return lab.settings().deployment.url(lab.catalog.site(site))
+
+
+def post_on_reddit(lab: Lab, title: str, headers: dict[str, str] | None = None) -> None:
+    s = requests.Session()
+    s.headers.update(headers or {})
+    base = url(lab, "reddit")
+    r = s.post(f"{base}/login_check", data={"_username": "MarvelsGrantMan136", "_password": "test1234"})
+    assert r.ok
+    r = s.post(f"{base}/submit", data={"submission[title]": title, "submission[forum]": "books", "submission[url]": "",
+                                        "submission[body]": "written by a test"})
+    assert r.ok and title in r.text
+
+
+def open_gitlab_issue(lab: Lab, title: str) -> None:
+    base = url(lab, "gitlab")
+    projects = requests.get(f"{base}/api/v4/projects", headers={"PRIVATE-TOKEN": GITLAB_TOKEN}).json()
+    pid = projects[0]["id"]
+    r = requests.post(f"{base}/api/v4/projects/{pid}/issues", headers={"PRIVATE-TOKEN": GITLAB_TOKEN},
+                      data={"title": title})
+    assert r.status_code in (200, 201), r.text
+
+
+def state(lab: Lab) -> proxy.ProxyState:
+    st = proxy.read_state(lab.instance)
+    assert st is not None
+    return st
+
+
+def assert_consistent(lab: Lab, site: str) -> None:
+    """One active copy, routed; every listed spare running and pristine; nothing else running."""
+    st = state(lab)
+    copies = lab.backend().copies(site)
+    active = st.active[site]
+    assert (site, active) in copies and copies[(site, active)].running()
+    for slot in st.spares.get(site, []):
+        assert (site, slot) in copies and copies[(site, slot)].running()
+    assert lab.verify(site)["ok"]
+
+
+def test_verify_reports_drift_and_spare_swap_restores(lab):
+    assert lab.verify("reddit")["ok"]
+    assert lab.replenish("reddit", 1) or state(lab).spares.get("reddit")
+    before_url = url(lab, "reddit")
+    post_on_reddit(lab, f"drift {uuid.uuid4().hex[:6]}")
+    v = lab.verify("reddit")
+    assert not v["ok"] and any(line.startswith("tables: expected 'submissions") for line in v["differences"]), v
+    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert r.ok and r.tier == "spare" and r.escalations == [], r
+    assert set(r.phases) >= {"swap", "verify"}
+    assert url(lab, "reddit") == before_url
+    assert lab.verify("reddit")["ok"]
+    assert_consistent(lab, "reddit")
+
+
+def test_tampered_spare_escalates_to_recreate(lab):
+    lab.replenish("reddit", 1)
+    spare = state(lab).spares["reddit"][0]
+    name = lab.backend().container_name("reddit", "web", spare)
+    # an agent that reached the spare: write to it through the proxy, addressing that copy
+    post_on_reddit(lab, "tampered spare", headers={proxy.BACKEND_HEADER: f"{name}:80"})
+    assert lab.verify("reddit")["ok"]  # the active copy is untouched
+    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert r.ok and r.tier == "recreate", r
+    assert r.escalations and r.escalations[0].startswith("spare: fingerprint differs"), r.escalations
+    assert_consistent(lab, "reddit")
+
+
+def test_endpoint_tier_for_classifieds(lab):
+    rc, out = lab.exec("classifieds", ["mysql", "-uroot", "-ppassword", "osclass", "-e",
+                                       "UPDATE oc_t_item_description SET s_title='tampered' WHERE fk_i_item_id=84144"],
+                       service="db")
+    assert rc == 0, out
+    assert not lab.verify("classifieds")["ok"]
+    [r] = lab.reset(["classifieds"])
+    assert r.ok and r.tier == "endpoint" and "endpoint" in r.phases, r
+    assert lab.verify("classifieds")["ok"]
+
+
+def test_recreate_tier_and_golden_image(lab):
+    open_gitlab_issue(lab, "an agent was here")
+    assert not lab.verify("gitlab")["ok"]
+    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    assert r.ok and r.tier == "recreate", r
+    assert lab.verify("gitlab")["ok"]
+    from envctl.state.snapshots import golden_images
+
+    images, key = golden_images(lab, "gitlab", lab.backend())
+    assert images and key
+    labels = dk.inspect(lab.container("gitlab")).config.labels
+    assert labels["envctl.golden"] == key  # the new copy booted already configured
+
+
+def test_none_tier_for_read_only_site(lab):
+    [r] = lab.reset(["wikipedia"])
+    assert r.ok and r.tier == "none" and "verify" in r.phases
+
+
+def test_twenty_write_then_reset_cycles_all_verify(lab):
+    lab.replenish("reddit", 1)
+    tiers = []
+    for i in range(20):
+        post_on_reddit(lab, f"cycle {i}")
+        [r] = lab.reset(["reddit"])  # spares are replenished in the background, as in real use
+        assert r.ok, r
+        tiers.append(r.tier)
+        assert lab.verify("reddit")["ok"]
+    assert tiers.count("spare") >= 1, tiers
+    # let the background replenisher finish, then the instance is consistent
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not state(lab).spares.get("reddit"):
+        time.sleep(1)
+    assert_consistent(lab, "reddit")
+
+
+def _envctl(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "envctl", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_sigkill_during_swap_and_spare_boot_then_reset_recovers(lab):
+    lab.replenish("reddit", 1)
+    # 1. kill a reset while it swaps (after the routing table is read, around the write)
+    p = _envctl("reset", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
+    time.sleep(1.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    # 2. kill a replenisher while it boots a spare
+    with lab.proxy_state() as st:
+        st.wanted["reddit"] = 2
+    q = _envctl("_replenish", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
+    deadline = time.monotonic() + 60
+    n0 = len(lab.backend().copies("reddit"))
+    while time.monotonic() < deadline and len(lab.backend().copies("reddit")) <= n0:
+        time.sleep(0.2)
+    q.send_signal(signal.SIGKILL)
+    q.wait()
+    st = state(lab)
+    booted_by_killed = [slot for (_, slot) in lab.backend().copies("reddit")
+                        if slot != st.active["reddit"] and slot not in st.spares.get("reddit", [])]
+    # never marked ready unless verified, never two actives
+    assert all(slot not in st.spares.get("reddit", []) for slot in booted_by_killed)
+    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert r.ok, r
+    with lab.proxy_state() as st:
+        st.wanted["reddit"] = 1
+    lab.replenish("reddit")
+    st = state(lab)
+    left = set(slot for (_, slot) in lab.backend().copies("reddit"))
+    assert left == {st.active["reddit"], *st.spares.get("reddit", [])}
+    assert_consistent(lab, "reddit")
+
+
+def test_two_concurrent_resets_of_one_site(lab):
+    results, errors = [], []
+
+    def one() -> None:
+        try:
+            results.extend(lab.reset(["classifieds"]))
+        except EnvctlError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 2 and all(r.ok for r in results)
+    # with --no-wait the second is refused while the first holds the site's lock
+    from envctl.locks import locked
+
+    with locked(f"reset.{INSTANCE}.classifieds"):
+        r = subprocess.run([sys.executable, "-m", "envctl", "reset", "classifieds", "--instance", INSTANCE, "--no-wait"],
+                           capture_output=True, text=True)
+    assert r.returncode == 1 and "busy" in r.stderr
+
+
+def test_reset_server_speaks_browsergym_protocol(lab):
+    from envctl.state.server import running_server_url, serve
+
+    server = serve(lab, "127.0.0.1", 0)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        base = running_server_url(INSTANCE)
+        assert base == f"http://127.0.0.1:{server.server_address[1]}"
+        from envctl.envformat import browsergym
+
+        assert browsergym(lab)["WA_FULL_RESET"] == base
+        # BrowserGym's client: GET /reset, then poll /status until "Ready for duty!"
+        assert requests.get(f"{base}/reset").status_code == 200
+        second = requests.get(f"{base}/reset")
+        assert second.status_code == 418
+        deadline = time.monotonic() + 600
+        while True:
+            s = requests.get(f"{base}/status")
+            if s.status_code == 200 and s.text == "Ready for duty!":
+                break
+            assert s.status_code == 200 and s.text == "Reset ongoing", (s.status_code, s.text)
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        one = requests.post(f"{base}/reset/classifieds")
+        assert one.status_code == 200 and json.loads(one.text)[0]["tier"] == "endpoint"
+        st = requests.get(f"{base}/status.json").json()
+        assert {r["site"] for r in st["last"]} == set(SITES)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_named_snapshot_create_and_restore(lab):
+    post_on_reddit(lab, "kept in a snapshot")
+    drifted = lab.verify("reddit")["actual"]
+    snap = lab.snapshot_create("reddit", "mid-episode")
+    assert snap["fingerprint"] == drifted
+    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert r.ok and lab.verify("reddit")["ok"]
+    lab.snapshot_restore("reddit", "mid-episode")
+    assert lab.verify("reddit")["actual"] == drifted
+    from envctl.state.snapshots import list_snapshots, remove_snapshot
+
+    assert any(s.name == "mid-episode" for s in list_snapshots(lab, "reddit"))
+    remove_snapshot(lab, "mid-episode", "reddit")
+    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert r.ok and lab.verify("reddit")["ok"]
