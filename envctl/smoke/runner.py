@@ -110,10 +110,10 @@ class SmokeResult:
 
 # ---------------------------------------------------------------- planning
 
-def negative_control(tasks: list[Task]) -> Task | None:
+def negative_control(tasks: list[Task], *, needs_recipe: bool = True) -> Task | None:
     """A wrong-reference copy of the first task that is runnable, read-only and reset-free."""
     for t in tasks:
-        if t.recipe is None or t.expect_fail or t.recheck_after_reset or t.require_reset:
+        if (needs_recipe and _recipe_of(t) is None) or t.expect_fail or t.recheck_after_reset or t.require_reset:
             continue
         cfg = copy.deepcopy(t.config)
         ev = cfg["eval"]
@@ -126,7 +126,7 @@ def negative_control(tasks: list[Task]) -> Task | None:
             for target in ev.get("program_html") or []:
                 target["required_contents"] = {"must_include": [WRONG_CONTENT]}
         cfg["task_id"] = f"{t.task_id}{NEGATIVE_SUFFIX}"
-        cfg["intent"] = f"[negative control, must fail] {t.intent}"
+        # the intent stays as it is: an LLM agent must not be told that this run is a control
         cfg["envctl_expect_fail"] = True
         return task_from_config(cfg, {})
     return None
@@ -347,7 +347,7 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
     filled = [task_from_config(t.config, env) for t in tasks]
     if sites:
         filled = [t for t in filled if set(t.sites) <= set(sites)]
-    control = negative_control(filled)
+    control = negative_control(filled, needs_recipe=agent == "reference")
     if control is not None:
         filled.insert(filled.index(next(t for t in filled if control.task_id.startswith(t.task_id + ":"))), control)
     ctx = _Context(env=env, auth_dir=auth_dir, reset=reset, judge=judge, agent=agent,
