@@ -80,7 +80,7 @@ def bundled_sets() -> list[str]:
 def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
     """The raw (unfilled) task configs of a bundled set name or a JSON file path."""
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or path.is_file():
         if not path.is_file():
             raise TaskConfigError(f"task file {path} does not exist",
                                   hint=f"pass an existing JSON file or a bundled set: {', '.join(bundled_sets())}")
