@@ -9,7 +9,7 @@ output of tasks named ``collect: …`` is gathered per host.
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import sys
 import tempfile
 import time
@@ -61,7 +61,7 @@ class PlayResult:
     rc: int
     hosts: list[str]
     failures: list[HostFailure]
-    changed: dict[str, int]  # host -> number of changed tasks
+    changed: dict[str, list[str]]  # host -> names of the tasks that changed something
     collected: dict[str, dict[str, Any]]  # host -> collect name -> parsed stdout (JSON when it parses)
     seconds: float
 
@@ -121,7 +121,7 @@ def run_playbook(
         raise UsageError(f"inventory file {inventory_source} does not exist")
     book = playbook_path(playbook)
     failures: list[HostFailure] = []
-    changed: dict[str, int] = {}
+    changed: dict[str, list[str]] = {}
     collected: dict[str, dict[str, Any]] = {}
     hosts: set[str] = set()
 
@@ -137,7 +137,7 @@ def run_playbook(
         elif kind == "runner_on_ok":
             shown = "changed" if res.get("changed") else "ok"
             if res.get("changed"):
-                changed[host] = changed.get(host, 0) + 1
+                changed.setdefault(host, []).append(task)
             if task.startswith(COLLECT_PREFIX):
                 out = str(res.get("stdout", ""))
                 try:
@@ -157,6 +157,7 @@ def run_playbook(
             progress(PlayEvent(shown, host, task))
         return False  # nothing needs keeping on disk beyond what ansible-runner writes anyway
 
+    # ansible-playbook of the same environment as this Python, even when its bin/ is not on PATH
     binary = Path(sys.executable).with_name("ansible-playbook")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envctl-ansible-") as tmp:
@@ -164,15 +165,21 @@ def run_playbook(
         runner = ansible_runner.run(
             private_data_dir=tmp, project_dir=str(book.parent), playbook=book.name, inventory=inv,
             extravars=dict(extravars or {}), forks=forks, quiet=True, event_handler=on_event, limit=limit,
-            binary=str(binary) if binary.exists() else shutil.which("ansible-playbook"), timeout=timeout,
-            envvars={"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            timeout=timeout,
+            envvars={"PATH": os.pathsep.join([str(binary.parent), os.environ.get("PATH", "")]),"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
                      "ANSIBLE_PIPELINING": "1", "ANSIBLE_SSH_RETRIES": "3"},
             settings={"suppress_ansible_output": True},
         )
         stats = runner.stats or {}
+        tail = ""
+        if runner.status != "successful" and not failures:
+            try:
+                tail = " | ".join(runner.stdout.read().strip().splitlines()[-6:])
+            except (OSError, ValueError, AttributeError):
+                tail = ""
     for group in ("ok", "failures", "dark", "skipped", "changed"):
         hosts.update((stats.get(group) or {}).keys())
-    if runner.status in ("timeout", "canceled") or (runner.rc and not failures and not hosts):
-        failures.append(HostFailure("*", "ansible-playbook", f"status {runner.status}, rc {runner.rc}"))
+    if runner.status in ("timeout", "canceled") or (runner.rc and not failures):
+        failures.append(HostFailure("*", "ansible-playbook", f"status {runner.status}, rc {runner.rc}: {tail}"[-800:]))
     return PlayResult(str(runner.status), int(runner.rc or 0), sorted(hosts), failures, changed, collected,
                       time.monotonic() - started)

@@ -23,7 +23,7 @@ from envctl.errors import CloudError, UsageError
 from envctl.provision import ec2 as ec2mod
 from envctl.provision.ansible import HostFailure, InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
 from envctl.provision.aws import ec2_client
-from envctl.provision.package import controller_wheel
+from envctl.provision.package import ControllerPackage, controller_wheel
 
 Progress = Callable[[str], None]
 GB = 1_000_000_000
@@ -119,9 +119,10 @@ def _now() -> str:
 
 
 def _configure(m: LabManifest, inv: dict[str, Any] | Path, *, lifecycle: bool, wheelhouse: bool,
-               images_url: str, progress: Progress, playbook_progress: Callable[[PlayEvent], None] | None) -> PlayResult:
+               images_url: str, progress: Progress, playbook_progress: Callable[[PlayEvent], None] | None,
+               package: ControllerPackage | None = None) -> PlayResult:
     with tempfile.TemporaryDirectory(prefix="envctl-wheel-") as tmp:
-        pkg = controller_wheel(Path(tmp), with_dependencies=wheelhouse)
+        pkg = package or controller_wheel(Path(tmp), with_dependencies=wheelhouse)
         progress(f"configuring {len(m.hosts) or 'the'} host(s) with envctl {pkg.version}")
         result = run_playbook(
             "site.yml", inv, progress=playbook_progress,
@@ -152,8 +153,11 @@ def _configure(m: LabManifest, inv: dict[str, Any] | Path, *, lifecycle: bool, w
 def up_inventory(lab: str, hosts: Sequence[InventoryHost] | None = None, *, inventory_file: Path | None = None,
                  flavor: str = "mini", sites: str = "all", lifecycle: bool = True, wheelhouse: bool = False,
                  images_url: str = "", progress: Progress = print,
-                 playbook_progress: Callable[[PlayEvent], None] | None = None) -> tuple[LabManifest, PlayResult]:
-    """Configure a lab of existing SSH hosts (``hosts`` or the user's inventory file)."""
+                 playbook_progress: Callable[[PlayEvent], None] | None = None,
+                 package: ControllerPackage | None = None) -> tuple[LabManifest, PlayResult]:
+    """Configure a lab of existing SSH hosts (``hosts`` or the user's inventory file).
+
+    ``package`` reuses an already built controller wheel (see ``package.controller_wheel``)."""
     if (hosts is None) == (inventory_file is None):
         raise UsageError("give either hosts or an inventory file")
     m = LabManifest(lab=lab, kind="inventory", created=_now(), flavor=flavor, sites=sites,
@@ -166,7 +170,7 @@ def up_inventory(lab: str, hosts: Sequence[InventoryHost] | None = None, *, inve
     known_hosts = labs_dir() / f"{lab}.known_hosts"
     inv: dict[str, Any] | Path = inventory_file if inventory_file else inventory(hosts or [], known_hosts=known_hosts)
     result = _configure(m, inv, lifecycle=lifecycle, wheelhouse=wheelhouse, images_url=images_url,
-                        progress=progress, playbook_progress=playbook_progress)
+                        progress=progress, playbook_progress=playbook_progress, package=package)
     return m, result
 
 
