@@ -20,7 +20,7 @@ from envctl.auth.run import FileResult, Report, Target, check, login
 from envctl.errors import LoginFailed
 
 __all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "plan", "state_name", "combo_of",
-           "parse_duration", "AuthError", "SiteDown", "WrongCredentials", "LoginPageChanged", "StateRejected"]
+           "parse_duration", "LoginFailed", "AuthError", "SiteDown", "WrongCredentials", "LoginPageChanged", "StateRejected"]
 
 
 def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path | None = None,
