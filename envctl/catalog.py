@@ -118,6 +118,9 @@ class Flavor(_Model):
     artifacts: tuple[Artifact, ...] = ()
     configure: tuple[Step, ...] | None = None  # overrides the site's steps when set
     fingerprint: tuple["Query", ...] | None = None
+    # Header-based auto-login (e.g. {X-M2-Customer-Auto-Login: "{username}:{password}"}), written to a
+    # PW_EXTRA_HEADERS-style file by 'envctl login' for image flavors that support it.
+    header_login: dict[str, str] = Field(default_factory=dict)
 
 
 class Account(_Model):

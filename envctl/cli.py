@@ -366,6 +366,10 @@ def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | Non
         for s in result.sites:
             if not s.ok:
                 click.echo(f"error: {s.site}: {s.error}", err=True)
+        if result.login_error:
+            click.echo(f"error: login state: {result.login_error}", err=True)
+        elif result.login_files:
+            click.echo(f"login state: {len(result.login_files)} files in {lab.auth_dir}/", err=True)
     if not result.ok:
         sys.exit(1)
 
@@ -500,6 +504,44 @@ def exec_cmd(ctx: Ctx, site: str, argv: tuple[str, ...], service: str | None, in
     rc, out = ctx.lab(instance).exec(site, list(argv), service=service)
     click.echo(out)
     sys.exit(rc)
+
+
+@cli.command()
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@click.option("--all", "all_sites", is_flag=True, help="every login site that is up (the default)")
+@instance_option
+@click.option("--out", "out", default=None, help="folder for the state files [.auth]")
+@click.option("--check", "check_only", is_flag=True, help="validate existing files with the expiry probes; no login")
+@click.option("--max-age", default=None, help="renew files older than this (90s, 30m, 12h, 2d); keep younger valid ones")
+@json_option
+@pass_ctx
+@handle_errors
+def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str, out: str | None, check_only: bool,
+          max_age: str | None, as_json: bool) -> None:
+    """Log in with each site's benchmark account; write Playwright storage_state files named as upstream."""
+    from envctl.auth import Target, check, login as do_login, parse_duration
+    from envctl.errors import UsageError
+    from envctl.render import emit_json, table
+
+    lab = ctx.lab(instance)
+    sites = [ctx.catalog.site(n) and n for n in site_names] or None
+    target = Target.of_lab(lab, out)
+    if check_only:
+        report = check(target, sites)
+    else:
+        try:
+            age = parse_duration(max_age) if max_age else None
+        except ValueError as exc:
+            raise UsageError(f"invalid --max-age '{max_age}': {exc}", "use e.g. 90s, 30m, 12h or 2d") from None
+        report = do_login(target, sites, max_age=age)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        table(None, ["file", "ok", "action", "seconds", "problem"],
+              [[f.name, "[green]ok[/]" if f.ok else "[red]FAIL[/]", f.action, f"{f.seconds:.1f}", f.error]
+               for f in report.files])
+    if not report.ok:
+        sys.exit(1)
 
 
 # -- state: reset, verify, snapshots, reset server ------------------------------------------------

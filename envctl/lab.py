@@ -55,14 +55,17 @@ class UpResult:
     flavor: str
     sites: list[SiteResult]
     seconds: float
+    login_files: list[str] = field(default_factory=list)
+    login_error: str = ""
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.sites)
+        return all(s.ok for s in self.sites) and not self.login_error
 
     def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "flavor": self.flavor, "ok": self.ok, "seconds": round(self.seconds, 3),
-                "sites": [asdict(s) for s in self.sites]}
+                "sites": [asdict(s) for s in self.sites], "login_files": self.login_files,
+                "login_error": self.login_error}
 
 
 class Lab:
@@ -179,7 +182,8 @@ class Lab:
                     raise
         result = UpResult(self.instance, settings.flavor, [results[n] for n in names], time.monotonic() - start)
         if login and result.ok and wait:
-            self._seed_logins([s.site for s in result.sites], progress)
+            result.login_files = self._seed_logins([s.site for s in result.sites], progress)
+            result.login_error = getattr(self, "login_error", "")
         if spares is not None:
             # Spares are booted by a detached process: 'up' returns when the active copies are healthy.
             spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
@@ -266,15 +270,27 @@ class Lab:
             _login(self, [site])
         return {"site": site, "name": name, "seconds": round(time.monotonic() - t, 3)}
 
-    def _seed_logins(self, sites: list[str], progress: Progress) -> None:
-        try:
-            from envctl.auth import login_sites
-        except ImportError:  # pragma: no cover - auth layer not installed
-            return
+    def login(self, sites: list[str] | None = None, *, out: str | Path | None = None,
+              max_age: float | None = None) -> dict[str, Path]:
+        """Write (or keep, if younger than ``max_age`` seconds and valid) the login state files."""
+        from envctl.auth import login_sites
+
+        return login_sites(self, sites, out=out, max_age=max_age)
+
+    def _seed_logins(self, sites: list[str], progress: Progress) -> list[str]:
+        """Seed login state after 'up'; a failure is reported, it does not undo healthy sites."""
+        from envctl.auth import login_sites
+
         with_login = [s for s in sites if self.catalog.site(s).login]
-        if with_login:
-            progress("*", "login", f"seeding login state for {', '.join(with_login)}")
-            login_sites(self, with_login)
+        if not with_login:
+            return []
+        progress("*", "login", f"seeding login state for {', '.join(with_login)}")
+        try:
+            return sorted(login_sites(self, with_login))
+        except EnvctlError as exc:
+            progress("*", "failed", f"login state: {str(exc).splitlines()[0]}")
+            self.login_error = str(exc)
+            return []
 
     def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
         labels = {**settings.labels()}

@@ -24,7 +24,8 @@ __all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "p
 
 
 def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path | None = None,
-                max_age: float | None = None, parallel: int | None = None, timeout: float = 30.0) -> dict[str, Path]:
+                max_age: float | None = None, parallel: int | None = None, timeout: float = 30.0,
+                extra_headers: dict[str, str] | None = None) -> dict[str, Path]:
     """Log ``sites`` of ``lab`` in and return ``{file name: path}`` of every file written or kept.
 
     Files touching the sites are made: each site alone and each upstream pair with another site
@@ -33,7 +34,7 @@ def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path
     kwargs: dict[str, Any] = {"max_age": max_age, "timeout": timeout}
     if parallel:
         kwargs["parallel"] = parallel
-    report = login(Target.of_lab(lab, out), sites, **kwargs)
+    report = login(Target.of_lab(lab, out, extra_headers), sites, **kwargs)
     bad = report.failures()
     if bad:
         raise LoginFailed("login failed for " + "; ".join(f.error or f.name for f in bad),

@@ -43,9 +43,10 @@ async def probe_page(page: Any, spec: ProbeSpec, timeout_ms: float) -> str:
 
 
 async def probe_state(browser: Any, specs: list[ProbeSpec], state: str | Path | dict | None,
-                      timeout_ms: float = 30_000) -> list[str]:
+                      timeout_ms: float = 30_000, headers: dict[str, str] | None = None) -> list[str]:
     """Problems found when ``state`` is loaded into a new context (empty list: valid for every site)."""
-    context = await browser.new_context(storage_state=str(state) if isinstance(state, Path) else state)
+    context = await browser.new_context(storage_state=str(state) if isinstance(state, Path) else state,
+                                        extra_http_headers=headers or {})
     try:
         page = await context.new_page()
         problems = [await probe_page(page, spec, timeout_ms) for spec in specs]

@@ -35,14 +35,18 @@ class Target:
     auth_dir: Path
     flavor: str = "full"
     partners: tuple[str, ...] = ()  # other login sites that are up (pair files are made with them)
+    # Sent with every request: envctl's X-Envctl-Backend addresses a spare copy through the proxy,
+    # so a spare is logged in before it is swapped in (its cookies are for the same public URL).
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of_lab(cls, lab: Any, out: str | Path | None = None) -> "Target":
+    def of_lab(cls, lab: Any, out: str | Path | None = None, headers: dict[str, str] | None = None) -> "Target":
         settings = lab.settings()
         if settings is None:
             raise UsageError(f"instance '{lab.instance}' is not running", "start it with 'envctl up'")
         up = tuple(s for s in lab.sites_up() if lab.catalog.site(s).login)
-        return cls(lab.catalog, settings.deployment, Path(out) if out else Path(lab.auth_dir), settings.flavor, up)
+        return cls(lab.catalog, settings.deployment, Path(out) if out else Path(lab.auth_dir), settings.flavor, up,
+                   tuple(sorted((headers or {}).items())))
 
 
 @dataclass
@@ -96,7 +100,7 @@ def _health(target: Target, site: str) -> str:
     for probe in s.health.probes:
         if probe.kind != "http":
             continue
-        r = run_probe(probe, target.deployment.url(s, probe.service))
+        r = run_probe(probe, target.deployment.url(s, probe.service), headers=dict(target.headers))
         if not r.ok:
             return f"{site} is down or unhealthy: health probe '{r.name}' ({r.url}) failed: {r.detail or r.status}"
     return ""
@@ -128,10 +132,10 @@ async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: 
             async with sem:
                 old = files.age(path)
                 if max_age is not None and old is not None and old <= max_age:
-                    if not await probe_state(browser, _specs(target, combo), path, timeout_ms):
+                    if not await probe_state(browser, _specs(target, combo), path, timeout_ms, dict(target.headers)):
                         res.ok, res.action, res.age_s = True, "kept", old
                         return res
-                context = await browser.new_context()
+                context = await browser.new_context(extra_http_headers=dict(target.headers))
                 try:
                     page = await context.new_page()
                     for site in files.login_order(target.catalog, combo):
@@ -141,7 +145,7 @@ async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: 
                     await context.close()
                 tmp = files.write_temp(path, state)
                 try:
-                    problems = await probe_state(browser, _specs(target, combo), tmp, timeout_ms)
+                    problems = await probe_state(browser, _specs(target, combo), tmp, timeout_ms, dict(target.headers))
                     if problems:
                         raise StateRejected(combo[0], f"{name}: the new login state fails the expiry probe in a "
                                                       f"fresh context: {'; '.join(problems)}",
@@ -180,7 +184,7 @@ async def _check_all(target: Target, names: list[str], timeout_ms: float) -> lis
             res.error, res.hint = f"{name} does not exist", "make it with 'envctl login'"
             return res
         try:
-            problems = await probe_state(browser, _specs(target, combo), path, timeout_ms)
+            problems = await probe_state(browser, _specs(target, combo), path, timeout_ms, dict(target.headers))
         except Exception as exc:  # unreadable JSON, browser error
             problems = [f"cannot load {name}: {str(exc).splitlines()[0]}"]
         res.seconds = time.monotonic() - start

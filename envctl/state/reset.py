@@ -12,7 +12,6 @@ booted by a detached ``envctl _replenish`` process, so the caller does not wait 
 """
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 import subprocess
@@ -134,13 +133,7 @@ def _login(lab: "Lab", sites: list[str], *, out_dir: Path | None = None, headers
         from envctl.auth import login_sites
     except ImportError:
         return False
-    params = inspect.signature(login_sites).parameters
-    kwargs: dict[str, Any] = {}
-    if out_dir is not None or headers:
-        if "out_dir" not in params or "extra_headers" not in params:
-            return False
-        kwargs = {"out_dir": out_dir, "extra_headers": headers or {}}
-    login_sites(lab, with_login, **kwargs)
+    login_sites(lab, with_login, out=out_dir, extra_headers=headers or None)
     return True
 
 
