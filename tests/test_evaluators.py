@@ -161,7 +161,14 @@ def test_url_match_gold_in_pred(ref: str, pred: str, score: float) -> None:
 
 def test_url_match_rejects_unknown_rule() -> None:
     with pytest.raises(ValueError):
-        url_match("http://h/a", "http://h/a", "EXACT")
+        url_match("http://h/a", "http://h/a", "SOMETIMES")
+
+
+def test_url_match_exact_as_visualwebarena() -> None:
+    ref = "http://localhost:9980/index.php?page=item&id=4799/ |OR| http://h/x"
+    assert url_match(ref, "http://127.0.0.1:9980/index.php?page=item&id=4799", "EXACT") == 1.0
+    assert url_match(ref, "http://h/x/", "EXACT") == 1.0
+    assert url_match(ref, "http://127.0.0.1:9980/index.php?page=item&id=4799&x=1", "EXACT") == 0.0
 
 
 # ---------------------------------------------------------------- required_contents and helpers

@@ -146,7 +146,16 @@ def _fuzzy_check(value: Any, pred: str, answer: str, *, intent: str, string_note
 # ---------------------------------------------------------------- url_match (§2.2)
 
 def url_match(reference_url: str, pred_url: str, url_note: str = "GOLD in PRED") -> float:
-    """URLEvaluator: ref base path is a substring of pred's netloc+path; query keys of ALL refs must match."""
+    """URLEvaluator: ref base path is a substring of pred's netloc+path; query keys of ALL refs must match.
+
+    ``url_note: EXACT`` (VisualWebArena's default) is VWA's URLExactEvaluator: ``localhost`` -> ``127.0.0.1``,
+    one trailing ``/`` stripped, the prediction must equal one of the ``|OR|`` alternatives.
+    """
+    if url_note == "EXACT":
+        def norm(u: str) -> str:
+            u = u.strip().replace("localhost", "127.0.0.1")
+            return u[:-1] if u.endswith("/") else u
+        return float(norm(pred_url) in [norm(r) for r in reference_url.split(" |OR| ")])
     if url_note != "GOLD in PRED":
         raise ValueError(f"unknown url_note {url_note!r}")
     pred = pred_url.rstrip("/")
