@@ -402,7 +402,8 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
 
     st = ctx.lab(instance).status()
     if as_json:
-        return emit_json(st)
+        emit_json(st)
+        sys.exit(0 if st["running"] and all(s["healthy"] for s in st["sites"]) else 1)
     if not st["running"]:
         click.echo(f"instance '{instance}' is not running (start it with 'envctl up')")
         sys.exit(3)
@@ -415,6 +416,8 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
                      s["spares_ready"]])
     table(f"instance {instance} ({st['flavor']}, {st['public_host']}, bind {st['bind']})",
           ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+    if not all(s["healthy"] for s in st["sites"]):
+        sys.exit(1)
 
 
 @cli.command()
@@ -446,13 +449,20 @@ def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_
 @click.option("--benchmark", type=click.Choice(["webarena", "visualwebarena"]), default="webarena",
               show_default=True, help="which harness's names (shell/dotenv)")
 @instance_option
+@json_option
 @pass_ctx
 @handle_errors
-def env_cmd(ctx: Ctx, fmt: str, benchmark: str, instance: str) -> None:
-    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym or AgentLab expect them."""
-    from envctl.envformat import format_env
+def env_cmd(ctx: Ctx, fmt: str, benchmark: str, instance: str, as_json: bool) -> None:
+    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym or AgentLab expect them.
 
-    click.echo(format_env(ctx.lab(instance), fmt, benchmark), nl=False)
+    With --json, shell/dotenv/browsergym print the same variables as one flat JSON object."""
+    from envctl.envformat import format_env, values
+    from envctl.render import emit_json
+
+    lab = ctx.lab(instance)
+    if as_json and fmt in ("shell", "dotenv", "browsergym"):
+        return emit_json(values(lab, fmt, benchmark))
+    click.echo(format_env(lab, fmt, benchmark), nl=False)
 
 
 @cli.command()
@@ -672,17 +682,18 @@ def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str) -> None:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", "--bind", "host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", type=int, default=7565, show_default=True)
+@click.option("--port-offset", type=int, default=0, help="added to --port (one server per instance on a host)")
 @click.option("--token", default=None, envvar="ENVCTL_SERVE_TOKEN", help="require this token (?token= or X-Envctl-Token)")
 @instance_option
 @pass_ctx
 @handle_errors
-def serve(ctx: Ctx, host: str, port: int, token: str | None, instance: str) -> None:
+def serve(ctx: Ctx, host: str, port: int, port_offset: int, token: str | None, instance: str) -> None:
     """Reset server speaking BrowserGym's protocol (GET /reset, GET /status) plus POST /reset/SITE."""
     from envctl.state.server import serve as make
 
-    server = make(ctx.lab(instance), host, port, token)
+    server = make(ctx.lab(instance), host, port + port_offset, token)
     click.echo(f"envctl reset server for instance '{instance}' on http://{host}:{server.server_address[1]}", err=True)
     try:
         server.serve_forever()

@@ -51,12 +51,16 @@ def agentlab() -> list[dict[str, Any]]:
     return out
 
 
+def values(lab: Lab, fmt: str, benchmark: str = "webarena") -> dict[str, str]:
+    return browsergym(lab) if fmt == "browsergym" else lab.env(benchmark)
+
+
 def format_env(lab: Lab, fmt: str, benchmark: str = "webarena") -> str:
     if fmt == "json":
         return json.dumps(env_json(lab), indent=2) + "\n"
     if fmt == "agentlab":
         return json.dumps(agentlab(), indent=2) + "\n"
-    values = browsergym(lab) if fmt == "browsergym" else lab.env(benchmark)
+    out = values(lab, fmt, benchmark)
     if fmt == "dotenv":
-        return "".join(f"{k}={v}\n" for k, v in values.items())
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
+        return "".join(f"{k}={v}\n" for k, v in out.items())
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in out.items())
