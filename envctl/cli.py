@@ -718,6 +718,135 @@ def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir
         click.echo(f"[{site}] replenished {len(slots)} spare(s) in {_t.monotonic() - t:.1f}s")
 
 
+# -- cloud lab -------------------------------------------------------------------------------------
+@cli.group()
+def cloud() -> None:
+    """A lab of EC2 hosts (boto3) or SSH hosts, configured by Ansible, each running envctl."""
+
+
+def _duration_minutes(text: str) -> int:
+    from envctl.auth import parse_duration
+    from envctl.errors import UsageError
+
+    try:
+        return max(1, int(parse_duration(text) // 60))
+    except ValueError as exc:
+        raise UsageError(f"invalid --ttl '{text}': {exc}", "use e.g. 90m, 8h or 2d") from None
+
+
+@cloud.command("up")
+@click.option("--lab", required=True, help="lab name (tags every resource)")
+@click.option("--hosts", type=click.IntRange(1, 256), default=1, show_default=True)
+@click.option("--region", default=None, envvar="AWS_REGION", help="AWS region (AWS_REGION)")
+@click.option("--instance-type", default="t3a.xlarge", show_default=True)
+@click.option("--ami", default="webarena", show_default=True, help="webarena | ubuntu | an AMI id")
+@click.option("--allow-cidr", "allow_cidrs", multiple=True, help="CIDR allowed to reach SSH and the sites (repeat)")
+@click.option("--allow-world", is_flag=True, help="allow 0.0.0.0/0 (refused otherwise)")
+@click.option("--key-name", default=None, help="use your EC2 key pair instead of creating one")
+@click.option("--spot", is_flag=True)
+@click.option("--ttl", default="8h", show_default=True, help="hosts terminate themselves after this")
+@click.option("--sites", default="all", show_default=True, help="comma-separated sites, or all")
+@click.option("--flavor", default="full", show_default=True)
+@click.option("--inventory", "inventory_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="configure these SSH hosts (Ansible INI/YAML inventory) instead of creating EC2 hosts")
+@click.option("--images-url", default="", help="S3/HTTP copy of the images for 'envctl images import'")
+@json_option
+@handle_errors
+def cloud_up(lab: str, hosts: int, region: str | None, instance_type: str, ami: str, allow_cidrs: tuple[str, ...],
+             allow_world: bool, key_name: str | None, spot: bool, ttl: str, sites: str, flavor: str,
+             inventory_file: str | None, images_url: str, as_json: bool) -> None:
+    """Create the hosts (or take --inventory), prepare them with Ansible, run envctl up + serve on each."""
+    from dataclasses import asdict
+
+    from envctl.errors import UsageError
+    from envctl.provision import ec2 as ec2mod
+    from envctl.provision import lab as labmod
+    from envctl.render import emit_json, err_console
+
+    say = (lambda m: None) if as_json else (lambda m: err_console.print(m))
+    if inventory_file:
+        manifest, play = labmod.up_inventory(lab, inventory_file=Path(inventory_file), flavor=flavor, sites=sites,
+                                             images_url=images_url, progress=say)
+    else:
+        if not region:
+            raise UsageError("no AWS region given", "pass --region (e.g. us-east-2) or set AWS_REGION")
+        sizing = labmod.lab_sizing(None if sites == "all" else sites.split(","), flavor, ami=ami, extra_ports=(7565,))
+        spec = ec2mod.Ec2LabSpec(lab=lab, region=region, hosts=hosts, instance_type=instance_type, ami=ami,
+                                 ports=sizing.ports, allow_cidrs=allow_cidrs, allow_world=allow_world,
+                                 key_name=key_name, spot=spot, ttl_minutes=_duration_minutes(ttl),
+                                 root_gb=sizing.root_gb, data_gb=sizing.data_gb)
+        manifest, play = labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, progress=say)
+    failures = play.failures if play else []
+    if as_json:
+        emit_json({"lab": lab, "manifest": asdict(manifest),
+                   "failures": [asdict(f) for f in failures]})
+    else:
+        for f in failures:
+            click.echo(f"error: host {f.host} failed at task '{f.task}': {f.output[-300:]}", err=True)
+        click.echo(f"lab '{lab}': {len(manifest.hosts) - len(failures)} of {len(manifest.hosts)} hosts ready")
+    if failures:
+        sys.exit(1)
+
+
+@cloud.command("status")
+@click.option("--lab", required=True)
+@json_option
+@handle_errors
+def cloud_status(lab: str, as_json: bool) -> None:
+    """Hosts, state, health, TTL left and cost so far."""
+    from dataclasses import asdict
+
+    from envctl.provision import lab as labmod
+    from envctl.render import emit_json, table
+
+    st = labmod.status(lab)
+    if as_json:
+        return emit_json(asdict(st))
+    table(f"lab {lab}: ${st.total_cost_usd:.2f} so far (prices: {st.price_snapshot})",
+          ["host", "address", "state", "type", "ready", "ttl left", "cost", "error"],
+          [[h.name, h.address, h.state, h.instance_type, "yes" if h.ready else "no",
+            f"{h.time_left_minutes:.0f} min" if h.time_left_minutes is not None else "-",
+            f"${h.cost_usd:.2f}" if h.cost_usd is not None else "-", h.error or ""] for h in st.hosts])
+
+
+@cloud.command("env")
+@click.option("--lab", required=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "browsergym", "agentlab"]), default="json", show_default=True)
+@handle_errors
+def cloud_env(lab: str, fmt: str) -> None:
+    """One URL set per host, for parallel workers."""
+    from envctl.provision import lab as labmod
+    from envctl.render import emit_json
+
+    emit_json(labmod.env(lab, fmt))
+
+
+@cloud.command("reset")
+@click.option("--lab", required=True)
+@click.argument("site_names", nargs=-1, metavar="[SITE]...")
+@handle_errors
+def cloud_reset(lab: str, site_names: tuple[str, ...]) -> None:
+    """envctl reset on every host of the lab, in parallel."""
+    from envctl.provision import lab as labmod
+
+    res = labmod.reset(lab, list(site_names))
+    for f in res.failures:
+        click.echo(f"error: host {f.host} failed at task '{f.task}': {f.output[-300:]}", err=True)
+    if res.failures:
+        sys.exit(1)
+
+
+@cloud.command("down")
+@click.option("--lab", required=True)
+@click.option("--region", default=None, envvar="AWS_REGION")
+@handle_errors
+def cloud_down(lab: str, region: str | None) -> None:
+    """Terminate everything tagged with the lab; delete the group and key pair it created. Nothing else."""
+    from envctl.provision import lab as labmod
+
+    labmod.down(lab, region=region, progress=lambda m: click.echo(m, err=True))
+
+
 def main() -> None:
     cli(prog_name="envctl")
 
