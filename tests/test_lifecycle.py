@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,8 +40,11 @@ def envctl(*args: str, catalog: Path | None = None, timeout: float = 900) -> sub
     argv = [sys.executable, "-m", "envctl.cli"]
     if catalog is not None:
         argv += ["--catalog", str(catalog)]
-    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_CATALOG", "ENVCTL_INSTANCE")}
-    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("ENVCTL_CATALOG", "ENVCTL_INSTANCE")}
 
 
 def up_json(*args: str, catalog: Path | None = None) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
@@ -138,6 +142,38 @@ def free_offset(bases: list[int], start: int = 26000) -> int:
     pytest.fail(f"no free port offset for {bases}")
 
 
+def wait_ports_bindable(catalog: Catalog, offset: int, timeout: float = 90) -> None:
+    """Wait until every public port of the instance can be bound on 127.0.0.1.
+
+    The fixed offsets put some ports inside Linux's ephemeral range (32768-60999), where a client
+    socket of some other process can hold one for a while; envctl rightly refuses such a port, so
+    the fixture waits it out (with a deadline) instead of reporting a false failure.
+    """
+    ports = [p + offset for p in ports_of(catalog)]
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = []
+        for port in ports:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    busy.append(port)
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+            pytest.fail(f"ports {busy} stayed busy for {timeout}s:\n"
+                        + "\n".join(line for line in held.splitlines() if any(f":{b} " in line for b in busy)))
+        time.sleep(0.5)
+
+
+def ports_of(catalog: Catalog) -> list[int]:
+    return [p.public for n in catalog.sites for svc in catalog.site(n).services_for("mini")
+            if (p := catalog.site(n).services[svc].ports) is not None]
+
+
 def catalog_copy(tmp: Path, edit: Any) -> Path:
     raw = yaml.safe_load(BUILTIN.read_text())
     edit(raw["sites"])
@@ -171,6 +207,7 @@ def instances_cleanup(mini_images: Catalog) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def lc1(mini_images: Catalog, instances_cleanup: None) -> dict[str, Any]:
     """``envctl up --all --flavor mini`` for instance lc1: the JSON result and how long it took."""
+    wait_ports_bindable(mini_images, LC1_OFFSET)
     t = time.monotonic()
     p, data = up_json("--all", "--flavor", "mini", "--instance", LC1, "--port-offset", str(LC1_OFFSET))
     data["_wall"] = time.monotonic() - t
@@ -411,7 +448,8 @@ def test_repair_is_reported_as_repaired(repaired: dict[str, Any]) -> None:
 # -- a second instance -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def lc2(lc1: dict[str, Any]) -> dict[str, Any]:
+def lc2(lc1: dict[str, Any], mini_images: Catalog) -> dict[str, Any]:
+    wait_ports_bindable(mini_images, LC2_OFFSET)
     p, data = up_json("--all", "--flavor", "mini", "--instance", LC2, "--port-offset", str(LC2_OFFSET))
     assert p.returncode == 0, p.stderr[-4000:]
     return data
@@ -532,3 +570,47 @@ def test_failing_probe_is_reported_with_probe_and_logs(mini_images: Catalog, ins
         assert bad["action"] in ("failed", "repaired") and not bad["ok"] and "probe 'never'" in bad["error"]
     finally:
         teardown_instance(LC4)
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------
+
+def test_ctrl_c_during_up_stops_cleanly_and_the_next_up_finishes(mini_images: Catalog, instances_cleanup: None) -> None:
+    sites = ["homepage", "wikipedia", "reddit"]
+    offset = free_offset([4399, 8888, 9999])
+    proc = subprocess.Popen([sys.executable, "-m", "envctl.cli", "up", *sites, "--flavor", "mini", "--instance", LC4,
+                             "--port-offset", str(offset), "--json", "--no-login"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        seen = []
+        assert proc.stderr is not None
+        for line in proc.stderr:  # progress events, one JSON object a line
+            seen.append(line)
+            if '"phase": "create"' in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 130, "".join(seen) + err
+        assert "interrupted" in err and "Traceback" not in err, err
+        p, data = up_json(*sites, "--instance", LC4)
+        assert p.returncode == 0 and data["ok"], p.stderr[-3000:]
+        names = list(container_ids(LC4))
+        for site in sites:  # exactly one copy of each site: nothing duplicated by the interrupted run
+            assert len([n for n in names if n.startswith(f"envctl-{LC4}-{site}-web-")]) == 1, names
+        assert [b for site in sites for b in check_probes(mini_images, site, offset)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        teardown_instance(LC4)
+
+
+# -- last on lc1: it may leave lc1 without a proxy ---------------------------------------------------
+
+@pytest.mark.xfail(reason="bug: with its proxy container gone, 'up --instance lc1' forgets the instance's settings "
+                          "(Lab.settings() reads only the proxy's labels) and starts over as flavor 'full', offset 0",
+                   strict=True)
+def test_up_repairs_a_removed_proxy(lc1: dict[str, Any], mini_images: Catalog) -> None:
+    subprocess.run(["docker", "rm", "-f", f"envctl-{LC1}-proxy"], check=True, capture_output=True)
+    p, data = up_json("--instance", LC1)
+    assert p.returncode == 0 and data["ok"] and data["flavor"] == "mini", p.stderr[-2000:]
+    assert [b for n in mini_images.sites for b in check_probes(mini_images, n, LC1_OFFSET)] == []
