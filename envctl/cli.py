@@ -718,6 +718,64 @@ def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir
         click.echo(f"[{site}] replenished {len(slots)} spare(s) in {_t.monotonic() - t:.1f}s")
 
 
+# -- smoke suite -----------------------------------------------------------------------------------
+@cli.command()
+@click.option("--tasks", "task_set", default="mini", show_default=True,
+              help="bundled set (mini, webarena-smoke) or a task-config JSON file")
+@click.option("--sites", default=None, help="comma-separated sites to test [every site that is up]")
+@click.option("--agent", type=click.Choice(["reference", "llm"]), default="reference", show_default=True)
+@instance_option
+@click.option("--report", "report_dir", default="reports/smoke", show_default=True, help="JSON + HTML report folder")
+@click.option("--parallel", type=click.IntRange(1, 8), default=3, show_default=True, help="site groups run at once")
+@json_option
+@pass_ctx
+@handle_errors
+def smoke(ctx: Ctx, task_set: str, sites: str | None, agent: str, instance: str, report_dir: str, parallel: int,
+          as_json: bool) -> None:
+    """Run the reference agent through benchmark-format tasks and score them with the benchmark's evaluators."""
+    from envctl.errors import UsageError
+    from envctl.render import emit_json, err_console
+    from envctl.smoke import load_task_set, run_smoke
+    from envctl.smoke.judge import Judge
+    from envctl.smoke.report import format_table
+
+    lab = ctx.lab(instance)
+    up = lab.sites_up()
+    if not up:
+        raise UsageError(f"instance '{instance}' has no site up", "run 'envctl up --flavor mini' first")
+    wanted = [ctx.catalog.site(s) and s for s in sites.split(",")] if sites else up
+    missing = [s for s in wanted if s not in up]
+    if missing:
+        raise UsageError(f"not up in instance '{instance}': {', '.join(missing)}", f"run 'envctl up {' '.join(missing)}'")
+    tasks = load_task_set(task_set, sites=wanted)
+    with_login = [s for s in wanted if ctx.catalog.site(s).login]
+    if with_login:
+        if not as_json:
+            err_console.print(f"seeding login state for {', '.join(with_login)}")
+        lab.login(with_login)
+    env = {**lab.env("visualwebarena"), **lab.env("webarena")}  # WebArena's WIKIPEDIA (landing URL) wins
+
+    def reset(names: list[str]) -> None:
+        bad = [r for r in lab.reset(names) if not r.ok]
+        if bad:
+            raise EnvctlError(f"reset of {', '.join(r.site for r in bad)} failed: {bad[0].error}")
+
+    def progress(r: Any) -> None:
+        if not as_json:
+            err_console.print(f"{r.status:>4}  {','.join(r.sites):<22} {r.task_id}  {r.elapsed_s:.1f}s  {r.reason[:70]}")
+
+    result = run_smoke(tasks, env=env, auth_dir=lab.auth_dir, reset=reset, sites=wanted, agent=agent,
+                       report_dir=Path(report_dir), progress=progress, judge=Judge.from_env(), max_parallel=parallel,
+                       task_set=task_set)
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        click.echo(format_table(result))
+        click.echo(f"report: {Path(report_dir) / 'report.html'}")
+    if not result.ok:
+        sys.exit(1)
+
+
 # -- cloud lab -------------------------------------------------------------------------------------
 @cli.group()
 def cloud() -> None:
