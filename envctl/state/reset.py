@@ -201,6 +201,9 @@ def replenish(lab: "Lab", site: str, want: int | None = None, progress: Progress
     Holds the site's spare lock; if another process holds it, returns at once (it is doing the job).
     """
     backend = lab.backend()
+    if want is not None:  # an explicit number is the new setting: background refills keep it
+        with lab.proxy_state() as st:
+            st.wanted[site] = want
     try:
         ctx = locked(f"spare.{lab.instance}.{site}", wait=False)
         ctx.__enter__()
