@@ -129,9 +129,12 @@ def test_recreate_tier_and_golden_image(lab):
     from envctl.state.snapshots import golden_images
 
     images, key = golden_images(lab, "gitlab", lab.backend())
-    assert images and key
+    assert images and key  # the first recreate made the golden image
+    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    assert r.ok and lab.verify("gitlab")["ok"]
     labels = dk.inspect(lab.container("gitlab")).config.labels
-    assert labels["envctl.golden"] == key  # the new copy booted already configured
+    assert labels["envctl.golden"] == key  # the next copy booted from it, already configured
+    assert "configure" not in r.phases or r.phases.get("configure", 0) == 0
 
 
 def test_none_tier_for_read_only_site(lab):

@@ -228,7 +228,7 @@ def commit(container: str | Container, tag: str, labels: dict[str, str]) -> str:
 
 @_wrap
 def images(**labels: str) -> list[Any]:
-    filters = {"label": [f"{LABEL}.{k}={v}" for k, v in labels.items()] or [f"{LABEL}.golden"]}
+    filters = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.golden")]
     return docker.image.list(filters=filters)
 
 

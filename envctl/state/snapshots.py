@@ -129,7 +129,7 @@ def list_snapshots(lab: "Lab", site: str | None = None) -> list[SnapshotInfo]:
     for kind, label in (("golden", "golden"), ("snapshot", "snapshot")):
         from python_on_whales import docker
 
-        for img in docker.image.list(filters={"label": [f"envctl.{label}"]}):
+        for img in docker.image.list(filters=[("label", f"envctl.{label}")]):
             lb = img.config.labels or {}
             if kind == "snapshot" and lb.get("envctl.instance") != lab.instance:
                 continue
