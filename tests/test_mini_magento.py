@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.conftest import Containers, wait_http
+from conftest import Containers, wait_http
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini]
 
