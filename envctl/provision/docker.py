@@ -189,9 +189,15 @@ def copy_to(name: str | Container, local: Path, remote: str) -> None:
     docker.container.copy(str(local), (name, remote))
 
 
+def _network_exists(name: str) -> bool:
+    # Not docker.network.exists(): it recognises only newer clients' "network X not found" wording,
+    # while Debian's docker.io 20.10 client says "No such network".
+    return any(n.name == name for n in docker.network.list(filters={"name": name}))
+
+
 @_wrap
 def ensure_network(name: str, labels: dict[str, str]) -> None:
-    if not docker.network.exists(name):
+    if not _network_exists(name):
         try:
             docker.network.create(name, labels=labels)
         except DockerException as exc:
@@ -207,7 +213,7 @@ def networks(**labels: str) -> list[Any]:
 
 @_wrap
 def remove_network(name: str) -> None:
-    if docker.network.exists(name):
+    if _network_exists(name):
         docker.network.remove(name)
 
 
