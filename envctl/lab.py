@@ -288,9 +288,12 @@ class Lab:
         try:
             return sorted(login_sites(self, with_login))
         except EnvctlError as exc:
-            progress("*", "failed", f"login state: {str(exc).splitlines()[0]}")
             self.login_error = str(exc)
-            return []
+        except Exception as exc:  # noqa: BLE001 - the browser stack (Playwright driver) failing
+            self.login_error = (f"the browser could not run ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                                "check 'envctl doctor', or pass --no-login and run 'envctl login' where a browser works")
+        progress("*", "failed", f"login state: {self.login_error.splitlines()[0]}")
+        return []
 
     def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
         labels = {**settings.labels()}
