@@ -86,9 +86,13 @@ class Lab:
     def settings(self) -> InstanceSettings | None:
         """The running instance's settings (from the proxy's labels), or None if it does not exist."""
         c = dk.inspect(proxy.proxy_name(self.instance))
-        if c is None:
-            return None
-        return InstanceSettings.from_labels(c.config.labels or {}, str(data_dir()))
+        if c is not None:
+            return InstanceSettings.from_labels(c.config.labels or {}, str(data_dir()))
+        # The proxy is gone (removed by hand, crashed): the network carries the same settings.
+        for net in dk.networks(instance=self.instance):
+            if net.name == f"envctl-{self.instance}":
+                return InstanceSettings.from_labels(net.labels or {}, str(data_dir()))
+        return None
 
     def _settings_for_up(self, flavor: str | None, public_host: str | None, bind: str | None,
                          port_offset: int | None) -> InstanceSettings:
@@ -350,7 +354,12 @@ class Lab:
         timings: dict[str, float] = {}
         action = "created"
         try:
+            state = proxy.read_state(self.instance)
+            known_slot = state.active.get(name) if state else None
             active = self.active_copy(name, backend)
+            if active is None and known_slot:
+                action = "repaired"  # routed before, but its containers are gone
+                progress(name, "repair", "the active copy's containers are gone; recreating the site")
             expected = set(site.services_for(backend.settings.flavor))
             if active is not None and active.running() and set(active.containers) == expected:
                 progress(name, "check", "running; checking health")
@@ -581,7 +590,8 @@ def _port_holder(port: int) -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     try:
-        out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5).stdout
+        # every TCP state, not only listeners: a connected client's own end holds a port too
+        out = subprocess.run(["ss", "-Htanp", f"sport = :{port}"], capture_output=True, text=True, timeout=5).stdout
         if 'users:(("' in out:
             proc = out.split('users:(("', 1)[1].split('"', 1)[0]
             pid = out.split("pid=", 1)[1].split(",", 1)[0] if "pid=" in out else "?"

@@ -438,8 +438,6 @@ def test_up_repairs_a_removed_backend(repaired: dict[str, Any], mini_images: Cat
     assert check_probes(mini_images, "reddit", LC1_OFFSET) == []
 
 
-@pytest.mark.xfail(reason="bug: a site whose only container was removed is reported 'created', not 'repaired' "
-                          "(active_copy() finds no copy, so _ensure_site never sets action='repaired')", strict=True)
 def test_repair_is_reported_as_repaired(repaired: dict[str, Any]) -> None:
     actions = {s["site"]: s["action"] for s in repaired["data"]["sites"]}
     assert actions["reddit"] == "repaired"
@@ -517,8 +515,6 @@ def test_port_conflict_is_refused_before_anything_is_created(instances_cleanup: 
     assert_nothing_left(LC3)
 
 
-@pytest.mark.xfail(reason="bug: _port_holder asks 'ss -l' (listeners only), so a port held by a connected client "
-                          "socket is blamed on 'another process' instead of naming it", strict=True)
 def test_port_held_by_a_client_socket_names_the_holder(instances_cleanup: None) -> None:
     with socket.socket() as server, socket.socket() as client:
         server.bind(("127.0.0.1", 0))
@@ -622,9 +618,6 @@ def test_ctrl_c_during_up_stops_cleanly_and_the_next_up_finishes(mini_images: Ca
 
 # -- last on lc1: it may leave lc1 without a proxy ---------------------------------------------------
 
-@pytest.mark.xfail(reason="bug: with its proxy container gone, 'up --instance lc1' forgets the instance's settings "
-                          "(Lab.settings() reads only the proxy's labels) and starts over as flavor 'full', offset 0",
-                   strict=True)
 def test_up_repairs_a_removed_proxy(lc1: dict[str, Any], mini_images: Catalog) -> None:
     subprocess.run(["docker", "rm", "-f", f"envctl-{LC1}-proxy"], check=True, capture_output=True)
     p, data = up_json("--instance", LC1)
