@@ -34,11 +34,12 @@ class Run:
     seconds: float = 0.0
     ok: bool = False
     timings: dict[str, dict[str, float]] = field(default_factory=dict)  # site -> phase -> s
+    golden: list[str] = field(default_factory=list)  # sites that booted from a golden (preconfigured) image
     error: str = ""
 
 
-def envctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envctl.cli", *args], capture_output=True, text=True, timeout=1800)
+def envctl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envctl.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def ports_of(catalog: Catalog, sites: list[str]) -> list[int]:
@@ -68,13 +69,24 @@ def instance_exists(instance: str) -> bool:
     return bool(out.strip())
 
 
-def measure(run: Run) -> Run:
+def measure(run: Run, timeout: float) -> Run:
     if instance_exists(run.instance):
         envctl("down", "--instance", run.instance)
     t = time.monotonic()
-    p = envctl("up", *run.sites, "--flavor", "mini", "--instance", run.instance, "--port-offset", str(run.offset),
-               "--json", "--no-login")
+    try:
+        p = envctl("up", *run.sites, "--flavor", "mini", "--instance", run.instance, "--port-offset", str(run.offset),
+                   "--json", "--no-login", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.seconds = time.monotonic() - t
+        run.error = f"no result after {timeout:.0f}s"
+        envctl("down", "--instance", run.instance)
+        return run
     run.seconds = time.monotonic() - t
+    try:
+        st = json.loads(envctl("status", "--instance", run.instance, "--json").stdout)
+        run.golden = sorted({r["site"] for r in st["sites"] for c in r["containers"] if c.get("golden")})
+    except (ValueError, KeyError):
+        pass
     try:
         data: dict[str, Any] = json.loads(p.stdout)
         run.ok = bool(data["ok"]) and p.returncode == 0
@@ -94,6 +106,7 @@ def main() -> None:
     ap.add_argument("--no-build", action="store_true", help="do not (re)build the mini images first")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--offset", type=int, default=27000, help="first port offset to try [27000]")
+    ap.add_argument("--timeout", type=float, default=600, help="give up on one 'up' after this many seconds [600]")
     args = ap.parse_args()
 
     catalog = load_catalog()
@@ -108,11 +121,11 @@ def main() -> None:
     solo: list[Run] = []
     for site in sites:
         offset = free_offset(ports_of(catalog, [site]), args.offset)
-        r = measure(Run(site, f"bench-solo-{site.replace('_', '-')}", [site], offset))
+        r = measure(Run(site, f"bench-solo-{site.replace('_', '-')}", [site], offset), args.timeout)
         print(f"solo {site:15} {r.seconds:6.1f}s {'ok' if r.ok else 'FAILED ' + r.error}", file=sys.stderr)
         solo.append(r)
     offset = free_offset(ports_of(catalog, sites), args.offset)
-    together = measure(Run("all", "bench-all", [], offset))
+    together = measure(Run("all", "bench-all", [], offset), args.timeout)
     print(f"all  {'':15} {together.seconds:6.1f}s {'ok' if together.ok else 'FAILED ' + together.error}",
           file=sys.stderr)
 
@@ -136,7 +149,9 @@ def main() -> None:
         print("  in the all-sites run, per site (s):")
         for site, t in together.timings.items():
             print(f"    {site:16} " + " ".join(f"{t.get(k, 0):7.1f}" for k in phases))
-    print(f"\nslowest solo: {slowest.label} {slowest.seconds:.1f}s; all sites {together.seconds:.1f}s; "
+    golden = sorted({g for r in [*solo, together] for g in r.golden})
+    print(f"\nbooted from golden (preconfigured) images: {', '.join(golden) or 'none'}")
+    print(f"slowest solo: {slowest.label} {slowest.seconds:.1f}s; all sites {together.seconds:.1f}s; "
           f"ratio all/slowest = {ratio:.2f}")
     print(f"(machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
           "shared with other work, so figures are noisy)")
