@@ -580,7 +580,7 @@ class Lab:
 def _port_holder(port: int) -> str:
     """Name what holds a port: an envctl instance, another container, or a process."""
     for c in dk.containers():
-        if str(port) in dk.label(c, "ports").split(","):
+        if c.state.running and str(port) in dk.label(c, "ports").split(","):
             return f"envctl instance '{dk.label(c, 'instance')}' (container {c.name})"
     try:
         out = subprocess.run(["docker", "ps", "--filter", f"publish={port}", "--format", "{{.Names}}"],
