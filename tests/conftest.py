@@ -138,9 +138,10 @@ def wait_http(url: str, *, timeout: float = 90, ok: Callable[[requests.Response]
     pytest.fail(f"{url} not ready after {timeout}s; last: {last}\n{logs() if logs else ''}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """A headless Debian Chromium driven by Playwright."""
+    """A headless Debian Chromium driven by Playwright (per module: Playwright's sync API keeps an
+    event loop on the main thread while it is open, which other modules' own sessions must not meet)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

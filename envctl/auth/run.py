@@ -204,11 +204,10 @@ async def _check_all(target: Target, names: list[str], timeout_ms: float) -> lis
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion, also from code that already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
+    """Run a coroutine to completion in a thread of its own.
+
+    Always a fresh thread: the caller may run an event loop that asyncio cannot see from here, e.g. a
+    harness using Playwright's sync API (its loop lives in a greenlet of the same thread)."""
     box: dict[str, Any] = {}
 
     def runner() -> None:

@@ -117,7 +117,14 @@ def run(spec: RunSpec) -> Container:
 def containers(**labels: str) -> list[Container]:
     """All containers (running or not) carrying every given envctl label (``site="shopping"``)."""
     filters = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.instance")]
-    return docker.container.list(all=True, filters=filters)
+    for attempt in range(5):
+        try:
+            return docker.container.list(all=True, filters=filters)
+        except NoSuchContainer:
+            # listed, then removed (e.g. by a background replenisher) before it was inspected
+            if attempt == 4:
+                raise
+    return []
 
 
 def label(c: Container, key: str, default: str = "") -> str:
