@@ -768,7 +768,7 @@ def smoke(ctx: Ctx, task_set: str, sites: str | None, agent: str, instance: str,
                        report_dir=Path(report_dir), progress=progress, judge=Judge.from_env(), max_parallel=parallel,
                        task_set=task_set)
     if as_json:
-        click.echo(result.to_json())
+        emit_json(result.to_json())
     else:
         click.echo(format_table(result))
         click.echo(f"report: {Path(report_dir) / 'report.html'}")
