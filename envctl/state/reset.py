@@ -366,7 +366,9 @@ def reset_site(lab: "Lab", site: str, *, tier: str | None = None, wait: bool = T
                     progress(site, "escalate", f"{t} did not verify ({why}); escalating")
                     continue
                 tl = time.monotonic()
-                if not (t == "spare" and _install_staged(lab, site, copy.slot)) and t != "none":
+                # New copies need new login state (pre-made for spares); the endpoint restores listings,
+                # not sessions, and 'none' changes nothing, so their login files stay valid.
+                if t == "recreate" or (t == "spare" and not _install_staged(lab, site, copy.slot)):
                     _login(lab, [site])
                 phases["login"] = time.monotonic() - tl
                 if replenish_async:
