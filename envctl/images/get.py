@@ -487,8 +487,12 @@ def import_image(file: Path, *, tag: str | None = None, progress: Callable[[int]
         raise UsageError(f"{file} does not exist", "give the path of an archive made by 'envctl images export'")
     side = file.with_name(file.name + ".sha256")
     want = side.read_text().split()[0] if side.is_file() else None
-    return load_stream(file_chunks(file), tag=tag, expected_sha256=want, expected_size=file.stat().st_size,
-                       source=str(file), progress=progress)
+    try:
+        return load_stream(file_chunks(file), tag=tag, expected_sha256=want, expected_size=file.stat().st_size,
+                           source=str(file), progress=progress)
+    except ChecksumMismatch as exc:
+        raise ChecksumMismatch(exc.message.split(";")[0] + "; nothing was loaded",
+                               f"the file differs from {side.name}: copy it again from its source") from None
 
 
 def prune(*, options: Options | None = None, dry_run: bool = False) -> PruneResult:
