@@ -164,9 +164,15 @@ def test_interrupt_leaves_resumable_partial(server: FaultServer, blob: bytes, tm
             time.sleep(0.01)
         signal.pthread_kill(main, signal.SIGINT)
 
-    threading.Thread(target=ctrl_c, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        fetch.download(server.url("slow", "blob.tar"), dest, mirror="cmu", segments=1)
+    # Ctrl-C as a user's terminal delivers it: Python's default handler (another library in the same
+    # test session, e.g. ansible-runner, may have replaced it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            fetch.download(server.url("slow", "blob.tar"), dest, mirror="cmu", segments=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not dest.exists()
     assert fetch.partial_path(dest).exists() and fetch.state_path(dest).exists()
     server.log.clear()
