@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from python_on_whales import Container
+from python_on_whales.exceptions import NoSuchContainer
 
 from envctl.catalog import Catalog, Deployment, Renderer, Site
 from envctl.errors import DockerError, NotReady
@@ -63,7 +64,10 @@ class Copy:
         return [c.name for c in self.containers.values()]
 
     def running(self) -> bool:
-        return bool(self.containers) and all(c.state.running for c in self.containers.values())
+        try:
+            return bool(self.containers) and all(c.state.running for c in self.containers.values())
+        except NoSuchContainer:  # removed since it was listed
+            return False
 
     @property
     def golden(self) -> str:
@@ -109,10 +113,13 @@ class LocalBackend:
             filt["site"] = site
         found: dict[tuple[str, str], Copy] = {}
         for c in dk.containers(**filt):
-            if dk.label(c, "role") == "proxy":
+            try:
+                if dk.label(c, "role") == "proxy":
+                    continue
+                key = (dk.label(c, "site"), dk.label(c, "slot"))
+                found.setdefault(key, Copy(*key)).containers[dk.label(c, "service")] = c
+            except NoSuchContainer:  # python-on-whales re-inspects lazily; a background removal won the race
                 continue
-            key = (dk.label(c, "site"), dk.label(c, "slot"))
-            found.setdefault(key, Copy(*key)).containers[dk.label(c, "service")] = c
         return found
 
     # -- images ------------------------------------------------------------------------------
