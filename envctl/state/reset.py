@@ -216,6 +216,7 @@ def replenish(lab: "Lab", site: str, want: int | None = None, progress: Progress
             want = state.wanted.get(site, 0) if state else 0
         booted = []
         while len((proxy.read_state(lab.instance) or proxy.ProxyState()).spares.get(site, [])) < want:
+            _cleanup_strays(lab, backend, site)  # resets since the last pass left dirty copies
             copy = boot_copy(lab, backend, site, role="spare", progress=progress)
             headers = _header(lab, backend, copy, lab.catalog.site(site).entry)
             staged = _staged_dir(lab, site, copy.slot)
@@ -226,6 +227,7 @@ def replenish(lab: "Lab", site: str, want: int | None = None, progress: Progress
                 st.spares.setdefault(site, []).append(copy.slot)
             progress(site, "spare", f"spare {copy.slot} ready")
             booted.append(copy.slot)
+        _cleanup_strays(lab, backend, site)
         return booted
     finally:
         ctx.__exit__(None, None, None)
@@ -308,14 +310,16 @@ def _endpoint(lab: "Lab", backend: LocalBackend, site: str, phases: dict[str, fl
 
 
 def _recreate(lab: "Lab", backend: LocalBackend, site: str, phases: dict[str, float], progress: Progress) -> str:
-    t = time.monotonic()
-    copy = boot_copy(lab, backend, site, role="active", progress=progress)
-    phases["boot"] = time.monotonic() - t
-    t = time.monotonic()
-    with lab.proxy_state() as st:
-        dirty = st.active.get(site, "")
-    lab._route(copy, backend)
-    phases["swap"] = time.monotonic() - t
+    # The spare lock keeps replenishers' cleanup away from this copy while it is neither active nor spare.
+    with locked(f"spare.{lab.instance}.{site}", timeout=lab.catalog.site(site).health.timeout * 2):
+        t = time.monotonic()
+        copy = boot_copy(lab, backend, site, role="active", progress=progress)
+        phases["boot"] = time.monotonic() - t
+        t = time.monotonic()
+        with lab.proxy_state() as st:
+            dirty = st.active.get(site, "")
+        lab._route(copy, backend)
+        phases["swap"] = time.monotonic() - t
     return dirty
 
 
