@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from typing import Any
 
 from envctl.catalog import Catalog
@@ -27,6 +26,7 @@ def _mem_bytes(text: str | None) -> int:
 
 def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
                bind: str = "127.0.0.1") -> dict[str, Any]:
+    from envctl.lab import port_bindable
     from envctl.provision import docker as dk
 
     names = [n for n in catalog.resolve(sites) if flavor in catalog.site(n).flavors]
@@ -95,14 +95,8 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
             if flavor not in site.services[svc].flavors:
                 continue
             port = p + port_offset
-            if port in owned:
-                continue
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((bind, port))
-                except OSError:
-                    busy.append(f"{port} ({n})")
+            if port not in owned and not port_bindable(bind, port):
+                busy.append(f"{port} ({n})")
     checks.append(_check("ports", "fail" if busy else "ok",
                          f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",
                          "stop what holds them, or pass --port-offset N" if busy else None))

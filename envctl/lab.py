@@ -122,15 +122,8 @@ class Lab:
     def check_ports(self, ports: list[int], bind: str) -> None:
         owned = set(proxy.published_ports(self.instance))
         for port in ports:
-            if port in owned:
+            if port in owned or port_bindable(bind, port):
                 continue
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((bind, port))
-                    continue
-                except OSError:
-                    pass
             raise PortInUse(f"port {port} on {bind} is in use by {_port_holder(port)}",
                             "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
 
@@ -575,6 +568,17 @@ class Lab:
                         "port_offset": s.port_offset, "state": c.state.status, "sites": lab.sites_up(),
                         "webarena": lab.env("webarena", s), "visualwebarena": lab.env("visualwebarena", s)})
         return out
+
+
+def port_bindable(bind: str, port: int) -> bool:
+    """Whether a server could listen on ``bind:port`` now."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind, port))
+            return True
+        except OSError:
+            return False
 
 
 def _port_holder(port: int) -> str:
