@@ -691,7 +691,7 @@ def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str) -> None:
 @handle_errors
 def serve(ctx: Ctx, host: str, port: int, port_offset: int, token: str | None, instance: str) -> None:
     """Reset server speaking BrowserGym's protocol (GET /reset, GET /status) plus POST /reset/SITE."""
-    from envctl.state.server import serve as make
+    from envctl.serve import serve as make
 
     server = make(ctx.lab(instance), host, port + port_offset, token)
     click.echo(f"envctl reset server for instance '{instance}' on http://{host}:{server.server_address[1]}", err=True)

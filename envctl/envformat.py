@@ -17,7 +17,7 @@ from envctl.lab import Lab
 
 def reset_server_url(lab: Lab) -> str | None:
     try:
-        from envctl.state.server import running_server_url
+        from envctl.serve import running_server_url
     except ImportError:
         return None
     return running_server_url(lab.instance)

@@ -221,7 +221,7 @@ def test_two_concurrent_resets_of_one_site(lab):
 
 
 def test_reset_server_speaks_browsergym_protocol(lab):
-    from envctl.state.server import running_server_url, serve
+    from envctl.serve import running_server_url, serve
 
     server = serve(lab, "127.0.0.1", 0)
     t = threading.Thread(target=server.serve_forever, daemon=True)
