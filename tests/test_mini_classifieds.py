@@ -39,8 +39,11 @@ class Site:
         return self.base + "index.php" + (f"?{query}" if query else "")
 
     def fingerprint(self) -> str:
-        out = self.containers.exec(self.db, "envctl-fingerprint").stdout
-        assert out.count("\n") == 7 and "oc_t_item\t" in out, out
+        from envctl.catalog import load_catalog
+
+        (query,) = load_catalog().site("classifieds").fingerprint_queries("mini")  # the full flavor's command
+        out = self.containers.exec(self.db, *query.run).stdout
+        assert out.count("\n") == 6 and "osclass.oc_t_item\t" in out, out
         return out
 
 

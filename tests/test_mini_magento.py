@@ -47,13 +47,21 @@ def upstream_configure(c: Containers, name: str, base: str) -> list[subprocess.C
     return [c.exec(name, *argv) for argv in steps]
 
 
+def catalog_fingerprint(c: Containers, name: str, *sites: str) -> str:
+    """The output of the catalog's own fingerprint commands (the full flavor's) run in container ``name``."""
+    from envctl.catalog import load_catalog
+
+    catalog = load_catalog()
+    return "".join(c.exec(name, *q.run).stdout for s in sites for q in catalog.site(s).fingerprint_queries("mini"))
+
+
 def boot(c: Containers, image: str, port: int) -> Shop:
     t0 = time.monotonic()
     name = c.run(image, ports={80: port})
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/", timeout=60, logs=lambda: c.logs(name))
     took = time.monotonic() - t0
-    return Shop(name, base, took, c.exec(name, "envctl-fingerprint").stdout)
+    return Shop(name, base, took, catalog_fingerprint(c, name, "shopping", "shopping_admin"))
 
 
 def sql(c: Containers, name: str, query: str) -> str:
@@ -264,13 +272,16 @@ def test_rest_token_orders_and_reviews(shop: Shop) -> None:
 # --- state in the DB -------------------------------------------------------------------------------------
 def test_cart_changes_persist_in_db(shop: Shop, module_containers: Containers) -> None:
     c, name = module_containers, shop.name
-    before = c.exec(name, "envctl-fingerprint").stdout
+    before = catalog_fingerprint(c, name, "shopping", "shopping_admin")
     s = customer_session(shop.base)
     cart_sql = ("SELECT i.product_id, i.qty FROM quote_item i JOIN quote q ON q.entity_id = i.quote_id"
                 " WHERE q.customer_id = 1 AND q.is_active = 1 ORDER BY i.product_id")
     assert sql(c, name, cart_sql).split() == ["12", "1.0000"]
 
     s.post(shop.base + "/checkout/cart/add/", data={"product": "3", "qty": "2"})
+    added = catalog_fingerprint(c, name, "shopping", "shopping_admin")
+    changed = {line.split("\t")[0] for line in set(before.splitlines()) ^ set(added.splitlines())}
+    assert changed == {"magentodb.quote_item"}
     cart = s.get(shop.base + "/checkout/cart/").text
     assert "Over-Ear Wireless Headphones" in cart and "$266.49" in cart  # 2 x 129.00 + 8.49
     assert sql(c, name, cart_sql).split() == ["3", "2.0000", "12", "1.0000"]
@@ -281,14 +292,12 @@ def test_cart_changes_persist_in_db(shop: Shop, module_containers: Containers) -
     s.post(shop.base + "/checkout/cart/delete/", data={"id": item})
     assert sql(c, name, cart_sql).split() == ["12", "1.0000"]
 
-    after = c.exec(name, "envctl-fingerprint").stdout
-    assert before != after  # quote_item max_id moved
-    changed = {line.split("\t")[0] for line in set(before.splitlines()) ^ set(after.splitlines())}
-    assert changed == {"quote_item"}
+    after = catalog_fingerprint(c, name, "shopping", "shopping_admin")
+    assert after == before  # CHECKSUM TABLE is over content: the cart is as it was
 
     # Sessions are not part of the fingerprint: signing in again changes nothing.
     customer_session(shop.base)
-    assert c.exec(name, "envctl-fingerprint").stdout == after
+    assert catalog_fingerprint(c, name, "shopping", "shopping_admin") == after
 
 
 # --- configure steps, base URL, cache ---------------------------------------------------------------------
@@ -299,7 +308,7 @@ def test_upstream_configure_steps_set_base_url_and_are_idempotent(mini_image, co
     assert s.fingerprint == shop.fingerprint  # every container starts from the same seeded state
     name, base = s.name, s.base
     fp = s.fingerprint.splitlines()
-    assert len(fp) == 12 and all(len(line.split("\t")) == 4 for line in fp)
+    assert len(fp) == 25 and all(len(line.split("\t")) == 2 for line in fp)
 
     # Out of the box the store points at the upstream's stale host (WA#18): a visible redirect.
     r = requests.get(base + "/sales/order/history/?x=1", allow_redirects=False)
@@ -332,7 +341,7 @@ def test_upstream_configure_steps_set_base_url_and_are_idempotent(mini_image, co
     assert (sql(containers, name, config_sql), sql(containers, name, modes_sql)) == state
     assert "has not been changed" in again[5].stdout
     assert requests.get(base + "/customer/account/login/", allow_redirects=False).status_code == 200
-    assert containers.exec(name, "envctl-fingerprint").stdout == s.fingerprint
+    assert catalog_fingerprint(containers, name, "shopping", "shopping_admin") == s.fingerprint
 
     # A host that differs from the base URL is redirected to it (what a wrong base URL looks like).
     other = requests.get("http://localhost:17702/catalogsearch/result/?q=tea", allow_redirects=False)
@@ -362,3 +371,47 @@ def test_recreated_container_rejects_old_cookie_and_stops_cleanly(mini_image, co
     upstream_configure(containers, s2.name, s2.base)
     r = session.get(s2.base + "/wishlist/", allow_redirects=False)  # same URL, same cookie, new container
     assert r.status_code == 302 and r.headers["Location"] == s2.base + "/customer/account/login/"
+
+
+# --- the catalog's fingerprint sees the writes agents make -----------------------------------------------
+def test_writes_through_the_site_change_the_catalog_fingerprint(shop: Shop, module_containers: Containers) -> None:
+    """Magento's own table names answer the full flavor's CHECKSUM TABLE: each write moves the right tables."""
+    c, name = module_containers, shop.name
+
+    def changed_by(write) -> set[str]:
+        before = catalog_fingerprint(c, name, "shopping", "shopping_admin")
+        write()
+        after = catalog_fingerprint(c, name, "shopping", "shopping_admin")
+        return {line.split("\t")[0].split(".")[1] for line in set(before.splitlines()) ^ set(after.splitlines())}
+
+    s = customer_session(shop.base)
+    assert changed_by(lambda: s.post(shop.base + "/wishlist/index/add/", data={"product": "4"})) == {"wishlist_item"}
+    review = {"nickname": "Emma", "title": "Nice", "detail": "Works well.", "ratings": "4"}
+    assert changed_by(lambda: s.post(shop.base + "/review/product/post/id/4/", data=review)) == {
+        "review", "review_detail"}
+
+    admin = admin_session(shop.base)
+    view = admin.get(shop.base + "/admin/sales/order/view/order_id/6/").text
+    form_key = re.search(r'name="form_key" type="hidden" value="(\w+)"', view)[1]
+    assert changed_by(lambda: admin.post(shop.base + "/admin/sales/order/cancel/order_id/6/",
+                                         data={"form_key": form_key})) == {"sales_order", "sales_order_grid"}
+    edit = admin.get(shop.base + "/admin/catalog/product/edit/id/2/").text
+    form_key = re.search(r'name="form_key" type="hidden" value="(\w+)"', edit)[1]
+    data = {"product[name]": "Sonic Electric Toothbrush, 4 Heads", "product[price]": "44.95", "product[qty]": "45",
+            "product[status]": "1", "form_key": form_key}
+    assert changed_by(lambda: admin.post(shop.base + "/admin/catalog/product/save/id/2/", data=data)) == {
+        "catalog_product_entity", "catalog_product_entity_varchar", "catalog_product_entity_decimal"}
+
+
+def test_admin_cms_page_edit_changes_the_fingerprint(shop: Shop, module_containers: Containers) -> None:
+    admin = admin_session(shop.base)
+    assert "About us" in admin.get(shop.base + "/admin/cms/page/").text
+    edit = admin.get(shop.base + "/admin/cms/page/edit/page_id/5/").text
+    form_key = re.search(r'name="form_key" type="hidden" value="(\w+)"', edit)[1]
+    before = catalog_fingerprint(module_containers, shop.name, "shopping_admin")
+    admin.post(shop.base + "/admin/cms/page/save/page_id/5/",
+               data={"title": "About One Stop Market", "identifier": "about-us", "content_heading": "About us",
+                     "content": "<p>Since 2022.</p>", "is_active": "1", "form_key": form_key})
+    assert 'value="About One Stop Market"' in admin.get(shop.base + "/admin/cms/page/edit/page_id/5/").text
+    after = catalog_fingerprint(module_containers, shop.name, "shopping_admin")
+    assert {line.split("\t")[0] for line in set(before.splitlines()) ^ set(after.splitlines())} == {"magentodb.cms_page"}

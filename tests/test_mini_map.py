@@ -332,3 +332,19 @@ def test_backend_and_frontend_stop_cleanly(mini_image, containers: Containers) -
         assert code == "0" and took < 5, (image, code, took)
         subprocess.run(["docker", "rm", name], check=True, capture_output=True)
         containers.names.remove(name)
+
+
+def test_images_answer_the_upstream_commands(mini_image, containers: Containers) -> None:
+    """The catalog runs the upstream commands on every flavor: the tile server's ``run``, Nominatim's
+    ``/app/start.sh``, the frontend's ``bundle exec rails s -p 3000 -b 0.0.0.0`` and ``bin/rails db:migrate``."""
+    for image, command, cport, path in (
+            ("map-backend", ["run"], 80, "/tile/0/0/0.png"),
+            ("map-backend", ["/app/start.sh"], 8080, "/search?q=Pittsburgh&format=json&limit=1"),
+            ("map-web", ["bundle", "exec", "rails", "s", "-p", "3000", "-b", "0.0.0.0"], 3000, "/")):
+        name = containers.run(mini_image(image), ports={cport: 18169}, command=command)
+        wait_http(MapStack.url(18169, path), timeout=30, ok=lambda r: r.status_code == 200)
+        if image == "map-web":
+            migrate = containers.exec(name, "bin/rails", "db:migrate", "RAILS_ENV=development")
+            assert migrate.returncode == 0
+        subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
+        containers.names.remove(name)

@@ -20,8 +20,12 @@ PROBE = f"/user/{USER}/account"  # WebArena's expiry probe; keyword "Delete"
 
 
 def fingerprint(c: Containers, name: str) -> dict[str, tuple[int, int, str]]:
-    out = c.exec(name, "envctl-fingerprint").stdout
-    rows = [line.split("\t") for line in out.strip().splitlines()]
+    """The catalog's own fingerprint command (the full flavor's), parsed: table -> (rows, max id, md5)."""
+    from envctl.catalog import load_catalog
+
+    (query,) = load_catalog().site("reddit").fingerprint_queries("mini")
+    out = c.exec(name, *query.run).stdout
+    rows = [line.split("|") for line in out.strip().splitlines()]
     assert rows and all(len(r) == 4 for r in rows), out
     return {t: (int(n), int(m), s) for t, n, m, s in rows}
 

@@ -169,6 +169,14 @@ def login_required(login_url: Callable[[], str]) -> Callable:
     return decorate
 
 
+def exit_on_sigterm() -> None:
+    """As PID 1, Python ignores SIGTERM unless it installs a handler; without one ``docker stop`` waits 10 s."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+
 def serve(app: Flask, port: int | None = None) -> None:
     """Serve with waitress (multi-threaded, production-grade), logging requests to stdout."""
     from waitress import serve as waitress_serve

@@ -4,8 +4,6 @@ Build time: ``initdb`` a cluster, start it, let the site seed it, stop it with a
 the seeded state lives in the image layer. Run time: the supervisor starts ``postgres`` in the
 foreground as the ``postgres`` user (``setpriv`` execs, so SIGTERM reaches the server directly and
 it performs a clean "smart" shutdown once the app, stopped first, has gone).
-
-Also computes the state fingerprint: one ``table<TAB>count<TAB>max_id<TAB>checksum`` line per table.
 """
 from __future__ import annotations
 
@@ -96,18 +94,6 @@ def build(cluster: Cluster, seed: Callable[[Database], None]) -> None:
     for leftover in ("/tmp/pg-build.log",):
         if os.path.exists(leftover):
             os.remove(leftover)
-
-
-def fingerprint(db: Database, tables: Sequence[str]) -> list[str]:
-    """Stable per-table summary lines; the checksum is an md5 over every row in id order."""
-    lines = []
-    for table in tables:  # table names are module constants
-        count, max_id, checksum = db.one(
-            f"SELECT count(*), coalesce(max(id), 0), "
-            f"md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t.id), '')) FROM {table} t"
-        ) or (0, 0, "")
-        lines.append(f"{table}\t{count}\t{max_id}\t{checksum}")
-    return lines
 
 
 def run(cluster: Cluster, name: str, app_argv: Sequence[str]) -> int:

@@ -16,6 +16,6 @@ CREATE USER 'magentouser'@'127.0.0.1' IDENTIFIED BY 'MyPassword';
 GRANT ALL PRIVILEGES ON magentodb.* TO 'magentouser'@'localhost';
 GRANT ALL PRIVILEGES ON magentodb.* TO 'magentouser'@'127.0.0.1';
 SQL
-python3 -m miniweb.sites.magento_seed
+python3 -m sites.magento_seed
 mariadb-admin shutdown
 wait "$pid" || true

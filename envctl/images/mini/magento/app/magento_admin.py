@@ -13,13 +13,13 @@ from typing import Any
 from flask import abort, redirect, request
 
 from miniweb.core import esc
-from miniweb.sites.magento_html import LOGIN_ERROR, admin_login_page, admin_page, price, table
-from miniweb.sites.magento_seed import check_password
+from sites.magento_html import LOGIN_ERROR, admin_login_page, admin_page, price, table
+from sites.magento_seed import check_password
 
 STATUS_LABELS = {1: "Approved", 2: "Pending", 3: "Not Approved"}
 
 
-def register(site: Any) -> None:  # site: miniweb.sites.magento.Site
+def register(site: Any) -> None:  # site: sites.magento.Site
     app, db, u = site.app, site.db, site.u
 
     @app.before_request
@@ -149,6 +149,47 @@ def register(site: Any) -> None:  # site: miniweb.sites.magento.Site
         db.run("UPDATE catalog_product_entity SET name = %s, price = %s, qty = %s, status = %s WHERE entity_id = %s",
                (name, price_value, qty, status, product_id))
         return redirect(u(f"/admin/catalog/product/edit/id/{product_id}/"))
+
+    @app.route("/admin/cms/page/", methods=["GET", "POST"])
+    def admin_cms_pages() -> Any:
+        rows = db.all("SELECT page_id, title, identifier, is_active, update_time FROM cms_page ORDER BY page_id")
+        cells = [[str(r[0]), esc(r[1]), esc(r[2]), "Enabled" if r[3] == 1 else "Disabled", str(r[4]),
+                  f'<a href="{u(f"/admin/cms/page/edit/page_id/{r[0]}/")}">Edit</a>'] for r in rows]
+        body = (f'<div class="admin__data-grid-header"><span>{len(rows)} records found</span></div>'
+                + table(["ID", "Title", "URL Key", "Status", "Modified", "Action"], cells))
+        return render("Pages", body)
+
+    @app.route("/admin/cms/page/edit/page_id/<int:page_id>/", methods=["GET", "POST"])
+    def admin_cms_page_edit(page_id: int) -> Any:
+        p = db.one("SELECT title, identifier, content_heading, content, is_active FROM cms_page WHERE page_id = %s",
+                   (page_id,))
+        if not p:
+            abort(404)
+        status = "".join(f'<option value="{v}"{" selected" if p[4] == v else ""}>{label}</option>'
+                         for v, label in ((1, "Enabled"), (0, "Disabled")))
+        body = (f'<form method="post" action="{u(f"/admin/cms/page/save/page_id/{page_id}/")}" id="cms_page_form">'
+                f'{hidden_key()}<label for="page_is_active">Enable Page</label>'
+                f'<select id="page_is_active" name="is_active">{status}</select>'
+                f'<label for="page_title">Page Title</label><input id="page_title" name="title" value="{esc(p[0])}">'
+                f'<label for="page_identifier">URL Key</label><input id="page_identifier" name="identifier" '
+                f'value="{esc(p[1])}"><label for="page_content_heading">Content Heading</label>'
+                f'<input id="page_content_heading" name="content_heading" value="{esc(p[2] or "")}">'
+                f'<label for="page_content">Content</label><textarea id="page_content" name="content">'
+                f'{esc(p[3] or "")}</textarea>'
+                '<button type="submit" id="save-button" class="action-primary">Save Page</button></form>')
+        return render(p[0], body)
+
+    @app.post("/admin/cms/page/save/page_id/<int:page_id>/")
+    def admin_cms_page_save(page_id: int) -> Any:
+        f = request.form
+        title, identifier = f.get("title", "").strip(), f.get("identifier", "").strip()
+        if not title or not identifier:
+            abort(400)
+        db.run("UPDATE cms_page SET title = %s, identifier = %s, content_heading = %s, content = %s, is_active = %s,"
+               " update_time = NOW() WHERE page_id = %s",
+               (title, identifier, f.get("content_heading", "").strip(), f.get("content", ""),
+                0 if f.get("is_active") == "0" else 1, page_id))
+        return redirect(u(f"/admin/cms/page/edit/page_id/{page_id}/"))
 
     @app.route("/admin/customer/index/", methods=["GET", "POST"])
     def admin_customers() -> Any:

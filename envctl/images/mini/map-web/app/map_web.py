@@ -24,9 +24,8 @@ import requests
 import yaml
 from flask import Flask, Response, request
 
-from miniweb.core import esc, page, serve
-from miniweb.sites import map_data as geo
-from miniweb.sites.map_backend import exit_on_sigterm
+from miniweb.core import esc, exit_on_sigterm, page, serve
+from sites import map_data as geo
 
 VEHICLE_PORTS = {"car": "5000", "bike": "5001", "foot": "5002"}  # fossgis_osrm.js vehicleTypePortMapping
 ENGINES = {f"fossgis_osrm_{v}": v for v in VEHICLE_PORTS}

@@ -1,4 +1,6 @@
-"""Stand-ins for the map backends, one process per role: ``python3 -m miniweb.sites.map_backend ROLE``.
+"""Stand-ins for the map backends, one process per role: ``python3 -m sites.map_backend ROLE``.
+
+Upstream commands work too: ``run`` (the tile server's) and ``/app/start.sh`` (Nominatim's).
 
 - ``tile``: like overv/openstreetmap-tile-server on port 80, ``GET /tile/{z}/{x}/{y}.png`` (a generated
   256x256 PNG: grid, the tile's z/x/y and a dot per gazetteer place).
@@ -12,7 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import signal
 import struct
 import sys
 import zlib
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 
 from flask import Flask, Response, jsonify, request
 
-from miniweb.core import serve
-from miniweb.sites import map_data as geo
+from miniweb.core import exit_on_sigterm, serve
+from sites import map_data as geo
 
 LICENCE = "Data © OpenStreetMap contributors, ODbL 1.0. https://osm.org/copyright"
 
@@ -312,15 +313,15 @@ def osrm_app(profile: Profile) -> Flask:
 
 # ---------------------------------------------------------------- entry point
 
-def exit_on_sigterm() -> None:
-    """As PID 1, Python ignores SIGTERM unless it installs a handler; without one ``docker stop`` waits 10 s."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-
-
 ROLES = {"tile": 80, "nominatim": 8080, "osrm": 5000}
 
 
+# The upstream images' commands, as the catalog runs them on every flavor.
+UPSTREAM_COMMANDS = {"run": ["tile"], "/app/start.sh": ["nominatim"]}
+
+
 def main(argv: list[str]) -> int:
+    argv = UPSTREAM_COMMANDS.get(argv[0], argv) if argv else argv
     if not argv or argv[0] not in ROLES or (argv[0] == "osrm" and (len(argv) < 2 or argv[1] not in PROFILES)):
         print("usage: map_backend tile | nominatim | osrm car|bike|foot", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ reset the web container's ``index.php?page=reset`` runs: it deletes every listin
 above ``RESTORE_FROM_ID`` (Blake's listings and anything agents posted) and re-inserts Blake's
 seed listings, like upstream's restore file. Everything is fixed: ids, texts, timestamps.
 
-Usage: ``python3 -m miniweb.sites.classifieds_data {craigslist|restore} OUT.sql``
+Usage: ``python3 -m sites.classifieds_data {craigslist|restore} OUT.sql``
 """
 from __future__ import annotations
 
@@ -186,8 +186,14 @@ DDL = [
   pk_i_id INT UNSIGNED NOT NULL AUTO_INCREMENT, fk_i_item_id INT UNSIGNED NOT NULL, s_name VARCHAR(60) NULL,
   s_extension VARCHAR(10) NULL, s_content_type VARCHAR(40) NULL, s_path VARCHAR(250) NULL,
   PRIMARY KEY (pk_i_id), KEY (fk_i_item_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE oc_t_item_comment (
+  pk_i_id INT UNSIGNED NOT NULL AUTO_INCREMENT, fk_i_item_id INT UNSIGNED NOT NULL, dt_pub_date DATETIME NOT NULL,
+  s_title VARCHAR(200) NOT NULL, s_author_name VARCHAR(100) NOT NULL, s_author_email VARCHAR(100) NOT NULL,
+  s_body TEXT NOT NULL, b_enabled TINYINT(1) NOT NULL DEFAULT 1, b_active TINYINT(1) NOT NULL DEFAULT 0,
+  b_spam TINYINT(1) NOT NULL DEFAULT 0, fk_i_user_id INT UNSIGNED NULL, i_rating INT UNSIGNED NULL,
+  PRIMARY KEY (pk_i_id), KEY (fk_i_item_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
-TABLES = ["oc_t_item_resource", "oc_t_item_location", "oc_t_item_description", "oc_t_item",
+TABLES = ["oc_t_item_comment", "oc_t_item_resource", "oc_t_item_location", "oc_t_item_description", "oc_t_item",
           "oc_t_user", "oc_t_category_description", "oc_t_category"]
 SESSIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS miniweb_sessions ("
@@ -235,6 +241,19 @@ def item_rows(items: list[Item]) -> list[str]:
             _insert("oc_t_item_location", loc), _insert("oc_t_item_resource", res)]
 
 
+def comment_rows() -> list[tuple]:
+    """Two seeded comments on listings the reset leaves alone (ids below RESTORE_FROM_ID)."""
+    others = [i for i in ITEMS if i.id < RESTORE_FROM_ID][:2]
+    users = {u.id: u for u in USERS}
+    rows = []
+    for n, it in enumerate(others, 1):
+        u = users[1 + n]
+        pub = (SEED_NOW - timedelta(days=it.days_ago - 1)).replace(tzinfo=None)
+        rows.append((n, it.id, pub, "Still available?", u.name, u.email, f"Is the {it.title.lower()} still available?",
+                     1, 1, 0, u.id, None))
+    return rows
+
+
 def craigslist_sql() -> str:
     out = ["-- osclass_craigslist.sql: full populate of the mini classifieds DB (idempotent).",
            "SET NAMES utf8mb4;", "SET FOREIGN_KEY_CHECKS=0;"]
@@ -249,6 +268,7 @@ def craigslist_sql() -> str:
          None, u.phone, None, 1, 1, "United States", u.region, u.city, sum(1 for i in ITEMS if i.user == u.id))
         for u in USERS]))
     out += item_rows(ITEMS)
+    out.append(_insert("oc_t_item_comment", comment_rows()))
     out.append(f"ALTER TABLE oc_t_item AUTO_INCREMENT = {NEXT_ITEM_ID};")
     out.append(f"ALTER TABLE oc_t_item_resource AUTO_INCREMENT = {NEXT_ITEM_ID * 10};")
     out.append("SET FOREIGN_KEY_CHECKS=1;")
@@ -259,7 +279,7 @@ def restore_sql() -> str:
     blake = [i for i in ITEMS if i.id >= RESTORE_FROM_ID]
     out = ["-- classifieds_restore.sql: restore the listings agents can change (like upstream's restore).",
            "SET NAMES utf8mb4;", "START TRANSACTION;"]
-    for table, col in (("oc_t_item_resource", "fk_i_item_id"), ("oc_t_item_location", "fk_i_item_id"),
+    for table, col in (("oc_t_item_comment", "fk_i_item_id"), ("oc_t_item_resource", "fk_i_item_id"), ("oc_t_item_location", "fk_i_item_id"),
                        ("oc_t_item_description", "fk_i_item_id"), ("oc_t_item", "pk_i_id")):
         out.append(f"DELETE FROM {table} WHERE {col} >= {RESTORE_FROM_ID};")
     out += item_rows(blake)
@@ -272,7 +292,7 @@ def restore_sql() -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("craigslist", "restore"):
-        print("usage: python3 -m miniweb.sites.classifieds_data {craigslist|restore} OUT.sql", file=sys.stderr)
+        print("usage: python3 -m sites.classifieds_data {craigslist|restore} OUT.sql", file=sys.stderr)
         return 2
     text = craigslist_sql() if argv[0] == "craigslist" else restore_sql()
     with open(argv[1], "w", encoding="utf-8") as fh:

@@ -5,8 +5,9 @@ Mirrors the markup that logins, expiry probes and evaluators touch: ``/login`` (
 "Log in"), forums, submissions with comments and votes, ``/submit``, user pages with
 ``.user-bio__biography``, ``/user/<name>/edit_biography`` and ``/user/<name>/account`` ("Delete").
 
-CLI (``python3 -m miniweb.sites.postmill``): ``build`` (initdb + seed, image build time),
-``start`` (container main), ``serve`` (the app alone), ``fingerprint``.
+CLI (``python3 -m sites.postmill``): ``build`` (initdb + seed, image build time),
+``start`` (container main), ``serve`` (the app alone). Data: database, role and password ``postmill``
+(as upstream), data directory ``/usr/local/pgsql/data``.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from miniweb.core import SEED_EPOCH, Database, create_app, esc, login_required, 
 
 COOKIE = "PHPSESSID"  # Postmill is a Symfony (PHP) app
 CLUSTER = pgembed.Cluster(
-    datadir=os.environ.get("MINIWEB_PGDATA", "/var/lib/postgresql/miniweb/data"),
+    datadir=os.environ.get("MINIWEB_PGDATA", "/usr/local/pgsql/data"),
     db="postmill", user="postmill", password="postmill",
 )
 TABLES = ("users", "forums", "submissions", "comments", "submission_votes", "comment_votes")
@@ -489,13 +490,11 @@ def main(argv: list[str]) -> int:
     if cmd == "build":
         pgembed.build(CLUSTER, seed)
     elif cmd == "start":
-        return pgembed.run(CLUSTER, "postmill", [sys.executable, "-m", "miniweb.sites.postmill", "serve"])
+        return pgembed.run(CLUSTER, "postmill", [sys.executable, "-m", "sites.postmill", "serve"])
     elif cmd == "serve":
         serve(make_app(), int(os.environ.get("MINIWEB_PORT", "80")))
-    elif cmd == "fingerprint":
-        print("\n".join(pgembed.fingerprint(Database(CLUSTER.url), TABLES)))
     else:
-        print(f"usage: python3 -m miniweb.sites.postmill [build|start|serve|fingerprint], not {cmd!r}", file=sys.stderr)
+        print(f"usage: python3 -m sites.postmill [build|start|serve], not {cmd!r}", file=sys.stderr)
         return 2
     return 0
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from flask import jsonify, request
 
-from miniweb.sites.magento_html import LOGIN_ERROR
-from miniweb.sites.magento_seed import check_password
+from sites.magento_html import LOGIN_ERROR
+from sites.magento_seed import check_password
 
 ORDER_FIELDS = ["entity_id", "increment_id", "customer_id", "customer_email", "customer_firstname",
                 "customer_lastname", "state", "status", "subtotal", "shipping_amount", "grand_total",
@@ -74,7 +74,7 @@ def _search_criteria(args: Any) -> tuple[str, list, str, int, int, dict]:
     return (" AND ".join(where) or "1=1"), params, ", ".join(order + ["entity_id ASC"]), size, page, echo
 
 
-def register(site: Any) -> None:  # site: miniweb.sites.magento.Site
+def register(site: Any) -> None:  # site: sites.magento.Site
     app, db = site.app, site.db
 
     def unauthorized() -> Any:

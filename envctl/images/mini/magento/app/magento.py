@@ -152,7 +152,7 @@ def build_app() -> Flask:
         return ("<!DOCTYPE html><html><head><title>Error</title></head><body><h1>There has been an error processing"
                 " your request</h1></body></html>", 500)
 
-    from miniweb.sites import magento_admin, magento_rest, magento_store
+    from sites import magento_admin, magento_rest, magento_store
 
     magento_store.register(site)
     magento_admin.register(site)
@@ -166,7 +166,7 @@ def run_container() -> int:
 
     db = Database(os.environ["MINIWEB_DB"])
     mariadb = ["mariadbd", "--user=mysql"]  # settings: /etc/mysql/mariadb.conf.d/60-envctl.cnf
-    web = [sys.executable, "-m", "miniweb.sites.magento", "serve"]
+    web = [sys.executable, "-m", "sites.magento", "serve"]
     return supervise([("mariadb", mariadb, db.wait), ("web", web, None)])
 
 

@@ -4,7 +4,7 @@ Table and column names follow Magento 2 where the mini site has an equivalent (`
 ``customer_entity``, ``sales_order``, ``quote``, ...), simplified to what the pages need. Every id and
 timestamp is fixed, so two builds reach the same database state (the fingerprint proves it).
 
-Usage (inside the image build, with MariaDB running): ``python3 -m miniweb.sites.magento_seed``.
+Usage (inside the image build, with MariaDB running): ``python3 -m sites.magento_seed``.
 """
 from __future__ import annotations
 
@@ -88,6 +88,101 @@ SCHEMA = [
         wishlist_item_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, wishlist_id INT UNSIGNED NOT NULL,
         product_id INT UNSIGNED NOT NULL, qty DECIMAL(12,4) NOT NULL DEFAULT 1,
         UNIQUE KEY wishlist_item_product (wishlist_id, product_id))""",
+    # Magento's own tables for what the flat tables above hold, kept in step by the triggers below,
+    # so the catalog's fingerprint (CHECKSUM TABLE over Magento's table names) sees every write.
+    """CREATE TABLE review_detail (
+        detail_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, review_id INT UNSIGNED NOT NULL UNIQUE,
+        store_id SMALLINT UNSIGNED NOT NULL DEFAULT 1, title VARCHAR(255) NOT NULL, detail TEXT NOT NULL,
+        nickname VARCHAR(128) NOT NULL, customer_id INT UNSIGNED NULL)""",
+    """CREATE TABLE sales_order_grid (
+        entity_id INT UNSIGNED PRIMARY KEY, status VARCHAR(32), increment_id VARCHAR(50) UNIQUE,
+        customer_id INT UNSIGNED, customer_email VARCHAR(255), customer_name VARCHAR(255),
+        subtotal DECIMAL(20,4), shipping_and_handling DECIMAL(20,4), grand_total DECIMAL(20,4),
+        created_at DATETIME, updated_at DATETIME)""",
+    """CREATE TABLE catalog_product_entity_varchar (
+        value_id INT AUTO_INCREMENT PRIMARY KEY, attribute_id SMALLINT UNSIGNED NOT NULL,
+        store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, entity_id INT UNSIGNED NOT NULL, value VARCHAR(255),
+        UNIQUE KEY catalog_product_entity_varchar_entity_attribute_store (entity_id, attribute_id, store_id))""",
+    """CREATE TABLE catalog_product_entity_decimal (
+        value_id INT AUTO_INCREMENT PRIMARY KEY, attribute_id SMALLINT UNSIGNED NOT NULL,
+        store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, entity_id INT UNSIGNED NOT NULL, value DECIMAL(20,6),
+        UNIQUE KEY catalog_product_entity_decimal_entity_attribute_store (entity_id, attribute_id, store_id))""",
+    """CREATE TABLE catalog_product_entity_int (
+        value_id INT AUTO_INCREMENT PRIMARY KEY, attribute_id SMALLINT UNSIGNED NOT NULL,
+        store_id SMALLINT UNSIGNED NOT NULL DEFAULT 0, entity_id INT UNSIGNED NOT NULL, value INT,
+        UNIQUE KEY catalog_product_entity_int_entity_attribute_store (entity_id, attribute_id, store_id))""",
+    """CREATE TABLE customer_address_entity (
+        entity_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, parent_id INT UNSIGNED NOT NULL,
+        firstname VARCHAR(255) NOT NULL, lastname VARCHAR(255) NOT NULL, street TEXT NOT NULL, city VARCHAR(255) NOT NULL,
+        region VARCHAR(255), postcode VARCHAR(255), country_id VARCHAR(255) NOT NULL, telephone VARCHAR(255) NOT NULL)""",
+    """CREATE TABLE newsletter_subscriber (
+        subscriber_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, store_id SMALLINT UNSIGNED DEFAULT 1,
+        customer_id INT UNSIGNED NOT NULL DEFAULT 0, subscriber_email VARCHAR(150),
+        subscriber_status INT NOT NULL DEFAULT 0)""",
+    """CREATE TABLE cms_page (
+        page_id SMALLINT AUTO_INCREMENT PRIMARY KEY, title VARCHAR(255), page_layout VARCHAR(255),
+        identifier VARCHAR(100) UNIQUE, content_heading VARCHAR(255), content MEDIUMTEXT,
+        creation_time DATETIME, update_time DATETIME, is_active SMALLINT NOT NULL DEFAULT 1)""",
+    """CREATE TABLE cms_block (
+        block_id SMALLINT AUTO_INCREMENT PRIMARY KEY, title VARCHAR(255) NOT NULL, identifier VARCHAR(255) NOT NULL,
+        content MEDIUMTEXT, creation_time DATETIME, update_time DATETIME, is_active SMALLINT NOT NULL DEFAULT 1)""",
+    """CREATE TABLE salesrule (
+        rule_id INT UNSIGNED AUTO_INCREMENT PRIMARY KEY, name VARCHAR(255), description TEXT, from_date DATE,
+        to_date DATE, uses_per_customer INT NOT NULL DEFAULT 0, is_active SMALLINT NOT NULL DEFAULT 0,
+        simple_action VARCHAR(32), discount_amount DECIMAL(20,6) NOT NULL DEFAULT 0, coupon_type SMALLINT NOT NULL
+        DEFAULT 1)""",
+]
+
+# Magento attribute ids (a default 2.4 install) of the product attributes the flat table holds.
+ATTR_NAME, ATTR_PRICE, ATTR_STATUS, ATTR_URL_KEY = 73, 77, 97, 121
+_PRODUCT_EAV = f"""
+    INSERT INTO catalog_product_entity_varchar (attribute_id, store_id, entity_id, value)
+        VALUES ({ATTR_NAME}, 0, NEW.entity_id, NEW.name), ({ATTR_URL_KEY}, 0, NEW.entity_id, NEW.url_key)
+        ON DUPLICATE KEY UPDATE value = VALUES(value);
+    INSERT INTO catalog_product_entity_decimal (attribute_id, store_id, entity_id, value)
+        VALUES ({ATTR_PRICE}, 0, NEW.entity_id, NEW.price) ON DUPLICATE KEY UPDATE value = VALUES(value);
+    INSERT INTO catalog_product_entity_int (attribute_id, store_id, entity_id, value)
+        VALUES ({ATTR_STATUS}, 0, NEW.entity_id, NEW.status) ON DUPLICATE KEY UPDATE value = VALUES(value);"""
+_REVIEW_DETAIL = """
+    INSERT INTO review_detail (review_id, store_id, title, detail, nickname, customer_id)
+        VALUES (NEW.review_id, 1, NEW.title, NEW.detail, NEW.nickname, NEW.customer_id)
+        ON DUPLICATE KEY UPDATE title = VALUES(title), detail = VALUES(detail), nickname = VALUES(nickname),
+        customer_id = VALUES(customer_id);"""
+_ORDER_GRID = """
+    INSERT INTO sales_order_grid (entity_id, status, increment_id, customer_id, customer_email, customer_name, subtotal,
+        shipping_and_handling, grand_total, created_at, updated_at)
+        VALUES (NEW.entity_id, NEW.status, NEW.increment_id, NEW.customer_id, NEW.customer_email,
+        CONCAT_WS(' ', NEW.customer_firstname, NEW.customer_lastname), NEW.subtotal, NEW.shipping_amount,
+        NEW.grand_total, NEW.created_at, NEW.updated_at)
+        ON DUPLICATE KEY UPDATE status = VALUES(status), customer_email = VALUES(customer_email),
+        customer_name = VALUES(customer_name), subtotal = VALUES(subtotal),
+        shipping_and_handling = VALUES(shipping_and_handling), grand_total = VALUES(grand_total),
+        updated_at = VALUES(updated_at);"""
+TRIGGERS = [
+    f"CREATE TRIGGER {table}_after_{event.lower()} AFTER {event} ON {table} FOR EACH ROW BEGIN {body}\nEND"
+    for table, body in (("catalog_product_entity", _PRODUCT_EAV), ("review", _REVIEW_DETAIL),
+                        ("sales_order", _ORDER_GRID))
+    for event in ("INSERT", "UPDATE")
+]
+
+CMS_PAGES = [  # identifier, title, content heading, content
+    ("no-route", "404 Not Found", "Whoops, our bad...", "<p>The page you requested was not found.</p>"),
+    ("home", "Home Page", "", "<p>One Stop Market: everything you need, one click away.</p>"),
+    ("enable-cookies", "Enable Cookies", "What are Cookies?", "<p>Cookies are short pieces of data.</p>"),
+    ("privacy-policy-cookie-restriction-mode", "Privacy and Cookie Policy", "Privacy and Cookie Policy",
+     "<p>This privacy policy sets out how this website uses and protects any information that you give.</p>"),
+    ("about-us", "About us", "About us", "<p>One Stop Market has served customers since 2022.</p>"),
+]
+CMS_BLOCKS = [("footer_links_block", "Footer Links", "<ul><li>About us</li><li>Customer Service</li></ul>")]
+SALES_RULES = [  # name, description, from, to, active, action, amount
+    ("$4 Luma water bottle (save 70%)", "Buy a water bottle for $4", "2022-01-01", None, 1, "by_fixed", 16),
+    ("20% OFF Ever $200-plus purchase!*", "20% off orders over $200", "2022-01-01", None, 1, "by_percent", 20),
+    ("Spring sale", "Expired promotion", "2022-03-01", "2022-04-30", 0, "by_percent", 10),
+]
+ADDRESSES = [  # customer, street, city, region, postcode, telephone
+    (1, "101 S San Mateo Dr", "San Mateo", "California", "94010", "6505551212"),
+    (2, "123 Main Street", "New York", "New York", "10001", "2125551212"),
+    (3, "456 Oak Avenue", "Pittsburgh", "Pennsylvania", "15213", "4125551212"),
 ]
 
 # (path, value); base URLs start out stale, exactly like the upstream images.
@@ -175,7 +270,7 @@ def check_password(stored: str, password: str) -> bool:
 
 def seed(db: Database) -> None:
     with db.cursor() as cur:
-        for ddl in [*SCHEMA, SESSIONS_DDL]:
+        for ddl in [*SCHEMA, SESSIONS_DDL, *TRIGGERS]:
             cur.execute(ddl)
         cur.executemany("INSERT INTO core_config_data (scope, scope_id, path, value) VALUES ('default', 0, %s, %s)",
                         CONFIG)
@@ -210,6 +305,24 @@ def seed(db: Database) -> None:
         for r in REVIEWS:
             cur.execute("INSERT INTO review (product_id, status_id, customer_id, nickname, title, detail, rating,"
                         " created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", r)
+        for cid, street, city, region, postcode, phone in ADDRESSES:
+            _, _, first, last, _ = CUSTOMERS[cid - 1]
+            cur.execute("INSERT INTO customer_address_entity (entity_id, parent_id, firstname, lastname, street, city,"
+                        " region, postcode, country_id, telephone) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'US', %s)",
+                        (cid, cid, first, last, street, city, region, postcode, phone))
+        cur.execute("INSERT INTO newsletter_subscriber (subscriber_id, customer_id, subscriber_email, subscriber_status)"
+                    " VALUES (1, 1, 'emma.lopez@gmail.com', 1)")
+        for n, (ident, title, heading, content) in enumerate(CMS_PAGES, 1):
+            cur.execute("INSERT INTO cms_page (page_id, title, page_layout, identifier, content_heading, content,"
+                        " creation_time, update_time, is_active) VALUES (%s, %s, '1column', %s, %s, %s,"
+                        " '2022-06-01 09:00:00', '2022-06-01 09:00:00', 1)", (n, title, ident, heading, content))
+        for n, (ident, title, content) in enumerate(CMS_BLOCKS, 1):
+            cur.execute("INSERT INTO cms_block VALUES (%s, %s, %s, %s, '2022-06-01 09:00:00', '2022-06-01 09:00:00', 1)",
+                        (n, title, ident, content))
+        for n, (name, desc, start, end, active, action, amount) in enumerate(SALES_RULES, 1):
+            cur.execute("INSERT INTO salesrule (rule_id, name, description, from_date, to_date, uses_per_customer,"
+                        " is_active, simple_action, discount_amount) VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s)",
+                        (n, name, desc, start, end, active, action, amount))
         # Emma starts with one item in her cart and one in her wish list.
         cur.execute("INSERT INTO quote (entity_id, customer_id, is_active) VALUES (1, 1, 1)")
         cur.execute("INSERT INTO quote_item (quote_id, product_id, qty) VALUES (1, 12, 1)")

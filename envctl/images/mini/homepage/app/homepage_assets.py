@@ -1,7 +1,7 @@
 """Generate the homepage's static PNGs at image build time: site logos and VWA task input images.
 
 Deterministic (colours derived from the file name) and tiny, so nothing binary lives in git.
-Usage: ``python3 -m miniweb.sites.homepage_assets STATIC_DIR``
+Usage: ``python3 -m sites.homepage_assets STATIC_DIR``
 """
 from __future__ import annotations
 
@@ -56,6 +56,6 @@ def generate(static: Path) -> list[Path]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python3 -m miniweb.sites.homepage_assets STATIC_DIR", file=sys.stderr)
+        print("usage: python3 -m sites.homepage_assets STATIC_DIR", file=sys.stderr)
         sys.exit(2)
     print(f"wrote {len(generate(Path(sys.argv[1])))} images")

@@ -100,6 +100,7 @@ ADMIN_MENU = [
     ("/admin/catalog/product/", "Products"),
     ("/admin/customer/index/", "Customers"),
     ("/admin/review/product/", "Reviews"),
+    ("/admin/cms/page/", "Pages"),
 ]
 
 

@@ -11,14 +11,14 @@ from typing import Any
 from flask import abort, redirect, request
 
 from miniweb.core import esc
-from miniweb.sites.magento_html import (LOGIN_ERROR, STORE_NAME, customer_login_form, messages, price, store_page,
+from sites.magento_html import (LOGIN_ERROR, STORE_NAME, customer_login_form, messages, price, store_page,
                                         table)
-from miniweb.sites.magento_seed import check_password
+from sites.magento_seed import check_password
 
 PRODUCT_COLS = "p.entity_id, p.sku, p.name, p.url_key, p.price, p.qty, p.description"
 
 
-def register(site: Any) -> None:  # site: miniweb.sites.magento.Site
+def register(site: Any) -> None:  # site: sites.magento.Site
     app, db, u = site.app, site.db, site.u
 
     def render(title: str, body: str, *, h1: str | None = None, status: int = 200) -> Any:
