@@ -144,6 +144,55 @@ def test_lock_pin_mismatch_is_refused(server: FaultServer, blob: bytes, opts: Op
         opts.lock.check("blob.tar", sha256=hashlib.sha256(blob).hexdigest(), mirror="cmu")  # type: ignore[union-attr]
 
 
+def test_catalog_size_is_an_estimate_not_an_exact_length(server: FaultServer, blob: bytes, opts: Options) -> None:
+    # The catalog rounds sizes (62.9e9 for shopping); before the fix they were checked as exact lengths,
+    # so every mirror was refused. The exact length comes from the server, then from the pin.
+    estimate = round(len(blob), -6)
+    assert estimate != len(blob)
+    [res] = get_artifacts([("s", data_artifact(server, "ok", size=estimate))], options=opts)
+    assert res.action == "downloaded", res.error
+    assert res.size == len(blob) and opts.lock.get("blob.tar").size == len(blob)  # type: ignore[union-attr]
+    [again] = get_artifacts([("s", data_artifact(server, "ok", size=estimate))], options=opts)
+    assert again.action == "present"  # the file is checked against the pin, not the estimate
+
+
+def test_server_length_differing_from_the_pin_is_refused(server: FaultServer, blob: bytes, opts: Options) -> None:
+    opts.lock.record(Pin("blob.tar", size=len(blob) + 1, mirror="cmu"))  # type: ignore[union-attr]
+    [res] = get_artifacts([("s", data_artifact(server, "ok", size=len(blob) + 1))], options=opts)
+    assert res.action == "failed"
+    err = res.error or ""
+    assert f"blob.tar from mirror m0-ok has size {len(blob)}" in err and f"pins {len(blob) + 1}" in err, err
+    assert f"remove the 'blob.tar' entry from {opts.lock.path}" in err, err  # type: ignore[union-attr]
+    assert len(server.log) == 1  # refused on the announced length, before downloading the body
+    assert not (opts.data_root / "sub/blob.tar").exists()  # type: ignore[operator]
+
+
+def _verify(art: Artifact, opts: Options) -> str:
+    from envctl.images.get import _verify_one
+
+    r = _verify_one("s", art, opts, lambda e: None)
+    return ("ok: " if r.ok else "FAIL: ") + r.detail
+
+
+def test_verify_checks_size_and_refuses_to_pin_what_it_could_not_verify(server: FaultServer, blob: bytes,
+                                                                         opts: Options) -> None:
+    dest = opts.data_root / "sub/blob.tar"  # type: ignore[operator]
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(blob[:-1000])  # a truncated copy put there by hand
+    art = data_artifact(server, "ok", size=round(len(blob), -6))
+    assert _verify(art, opts).startswith(f"FAIL: {dest} has {len(blob) - 1000} bytes, but mirror m0-ok offers {len(blob)}")
+    assert opts.lock.get("blob.tar") is None  # type: ignore[union-attr]
+    dead = Artifact(name="blob.tar", kind="data", dest="sub/blob.tar",
+                    sources=(Source(kind="http", mirror="dead", url="http://127.0.0.1:9/blob.tar"),))
+    assert "could not be verified" in _verify(dead, opts) and opts.lock.get("blob.tar") is None  # type: ignore[union-attr]
+    dest.write_bytes(blob)
+    assert "pinned now" in _verify(art, opts)
+    pin = opts.lock.get("blob.tar")  # type: ignore[union-attr]
+    assert pin and pin.size == len(blob) and pin.sha256 == hashlib.sha256(blob).hexdigest()
+    dest.write_bytes(blob + b"x")
+    assert _verify(dead, opts).startswith(f"FAIL: {dest} has {len(blob) + 1} bytes, but {opts.lock.path} pins {len(blob)}")
+
+
 def test_disk_precheck_refuses_with_numbers(server: FaultServer, blob: bytes, opts: Options,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVCTL_DISK_BUDGET_BYTES", "1000000")
@@ -186,8 +235,11 @@ def test_prune_removes_partials(server: FaultServer, opts: Options) -> None:
     part = fetch.partial_path(opts.downloads / "x.tar")  # type: ignore[operator]
     part.parent.mkdir(parents=True)
     part.write_bytes(b"x" * 100)
+    stale = opts.data_root / "map/osrm.extracting"  # type: ignore[operator]
+    (stale / "car").mkdir(parents=True)
+    (stale / "car/x").write_bytes(b"y" * 50)
     res = prune(options=opts)
-    assert part in res.files and res.freed == 100 and not part.exists()
+    assert part in res.files and stale in res.files and res.freed == 150 and not part.exists() and not stale.exists()
 
 
 # ---------------------------------------------------------------- docker: streamed loads
@@ -241,6 +293,15 @@ def test_streamed_load_gives_the_saved_image_id(image_server: FaultServer, saved
     assert not list(opts.downloads.glob("*")) if opts.downloads.exists() else True  # type: ignore[union-attr]
     pin = opts.lock.get("img.tar")  # type: ignore[union-attr]
     assert pin and pin.image_id == saved_image["id"] and pin.size == len(saved_image["tar"])
+
+
+@pytest.mark.docker
+def test_streamed_load_with_an_estimated_size(image_server: FaultServer, saved_image: dict, opts: Options) -> None:
+    tag = f"envctl-test/estimate:{uuid.uuid4().hex[:8]}"
+    art = image_artifact(image_server, tag, "ok").model_copy(update={"size": round(len(saved_image["tar"]), -6)})
+    [res] = get_artifacts([("shopping", art)], options=opts)
+    assert res.action == "loaded", res.error
+    assert res.size == len(saved_image["tar"]) == opts.lock.get("img.tar").size  # type: ignore[union-attr]
 
 
 @pytest.mark.docker

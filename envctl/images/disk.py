@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +37,10 @@ class SpaceCheck:
 
 def docker_root() -> Path:
     """The engine's data root (``docker info`` DockerRootDir); /var/lib/docker when it cannot be asked."""
-    out = subprocess.run(["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True)
-    root = out.stdout.strip()
-    return Path(root) if out.returncode == 0 and root else Path("/var/lib/docker")
+    from envctl.provision import docker as dk
+
+    root = dk.docker_root_dir()
+    return Path(root) if root else Path("/var/lib/docker")
 
 
 def _existing(path: Path) -> Path:

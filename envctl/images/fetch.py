@@ -38,6 +38,7 @@ HEAD_BYTES = 64 * 1024  # sniffed before trusting a response
 MIN_SEGMENT = 8 * CHUNK  # smaller files are not worth splitting
 Expect = Literal["tar", "zim", None]
 ProgressFn = Callable[[int, "int | None"], None]  # (bytes done, total or None)
+TotalCheck = Callable[["int | None"], None]  # sees the length the server announced; raises to refuse it
 
 _QUOTA_PHRASES = (b"quota exceeded", b"too many users have viewed or downloaded", b"download quota")
 _GDRIVE_ID = re.compile(r"(?:/file/d/|[?&]id=)([A-Za-z0-9_-]{10,})")
@@ -323,9 +324,12 @@ def _discard(dest: Path) -> None:
 def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = None,
              expected_sha256: str | None = None, expect: Expect = None, segments: int = 4,
              progress: ProgressFn | None = None, timeouts: Timeouts = Timeouts(),
-             session: requests.Session | None = None) -> Downloaded:
+             session: requests.Session | None = None, check_total: TotalCheck | None = None) -> Downloaded:
     """Fetch ``url`` into ``dest`` (resuming ``dest.partial``), verify size and SHA-256, rename into place.
 
+    ``expected_size`` is an exact byte count (a pin), never an estimate; without it the length the
+    server announces (Content-Length / Content-Range) is the one checked. ``check_total`` sees
+    that announced length before any byte is written and may raise to refuse the mirror.
     A checksum or size mismatch deletes the partial bytes and raises ChecksumMismatch naming the
     mirror. Interrupts (KeyboardInterrupt, errors) keep the partial file and its range record so
     the next call resumes.
@@ -336,6 +340,12 @@ def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = N
     part, state = partial_path(dest), state_path(dest)
     first = _open(session, url, 0, None, timeouts, mirror)
     total, ranges = _total_and_ranges(first)
+    if check_total is not None:
+        try:
+            check_total(total)
+        except BaseException:
+            first.close()
+            raise
     if expected_size is not None and total is not None and total != expected_size:
         first.close()
         raise FetchError(f"mirror {mirror} offers {total} bytes for {dest.name}, expected {expected_size} ({url})",
@@ -533,12 +543,19 @@ class Stream:
     """
 
     def __init__(self, url: str, *, mirror: str, expect: Expect = None, expected_size: int | None = None,
-                 timeouts: Timeouts = Timeouts(), session: requests.Session | None = None) -> None:
+                 timeouts: Timeouts = Timeouts(), session: requests.Session | None = None,
+                 check_total: TotalCheck | None = None) -> None:
         self.url, self.mirror, self.t = url, mirror, timeouts
         self.session = session or _session()
         self.done = 0
         self._resp = _open(self.session, url, 0, None, timeouts, mirror)
         self.total, self.ranges = _total_and_ranges(self._resp)
+        if check_total is not None:
+            try:
+                check_total(self.total)
+            except BaseException:
+                self._resp.close()
+                raise
         if expected_size is not None and self.total is not None and self.total != expected_size:
             self._resp.close()
             raise FetchError(f"mirror {mirror} offers {self.total} bytes, expected {expected_size} ({url})",

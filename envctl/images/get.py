@@ -5,9 +5,12 @@ The library API behind ``envctl images list|get|verify|export|import|prune``:
 * images are pulled from a registry, or streamed from a tarball mirror straight into
   ``docker load`` (no archive on disk); with ``keep_archive`` (or when a partial download from
   an earlier run exists) the tarball is downloaded with resume into the downloads dir first;
-* data files (ZIM, map data) are downloaded with resume into the data dir at ``artifact.dest``;
+* registry images are pulled through ``ENVCTL_REGISTRY_MIRROR`` when set (:mod:`.registry`);
+* data files (ZIM, map data) are downloaded with resume into the data dir at ``artifact.dest``,
+  then unpacked when the artifact has an ``extract`` (:mod:`.extract`);
 * every result is checked against the catalog's sha256 and the pin file (:mod:`.lock`) and
-  pinned the first time;
+  pinned the first time. The catalog's ``size`` is an estimate (disk pre-check, progress); the
+  exact length is the server's (Content-Length / Content-Range) and, once pinned, the pin's;
 * a disk pre-check runs before anything is fetched;
 * progress is reported as :class:`Event` objects (``to_json()`` for ``--json``).
 
@@ -19,18 +22,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Protocol, Sequence
+from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
 
 from envctl.errors import ChecksumMismatch, DockerError, EnvctlError, FetchError, UsageError
 from envctl.images import disk, fetch, registry
+from envctl.images import extract as ex
 from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
 from envctl.images.lock import LockFile, Pin, data_dir, downloads_dir
+from envctl.provision import docker as dk
 
 
 class SourceLike(Protocol):
@@ -46,10 +51,11 @@ class ArtifactLike(Protocol):
     kind: str
     image: str | None
     dest: str | None
-    size: int | None
+    size: int | None  # an estimate: disk pre-check and progress only
     loaded_size: int | None
     sha256: str | None
     sources: Sequence[SourceLike]
+    extract: Any  # envctl.catalog.Extract | None
 
 
 EventType = Literal["plan", "start", "progress", "mirror-failed", "done", "skip", "error"]
@@ -91,17 +97,21 @@ class ArtifactInfo:
     pinned_in: str | None  # "catalog" or the lock file path
 
 
+Action = Literal["present", "pulled", "loaded", "downloaded", "extracted", "failed"]
+
+
 @dataclass(frozen=True)
 class GetResult:
     site: str | None
     name: str
-    action: Literal["present", "pulled", "loaded", "downloaded", "failed"]
+    action: Action
     mirror: str | None = None
     sha256: str | None = None
     size: int | None = None
     image_id: str | None = None
     seconds: float = 0.0
     error: str | None = None  # every mirror's failure, when action == "failed"
+    extracted: tuple[str, ...] = ()  # where a data archive was unpacked (dirs, "volume NAME")
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,8 @@ class Options:
     timeouts: fetch.Timeouts | None = None
     segments: int = 4
     check_disk: bool = True
+    instance: str = "default"  # renders {instance} in extract targets (instance-scoped volumes)
+    registry_mirror: str | None = None  # default: $ENVCTL_REGISTRY_MIRROR
 
     def resolved(self) -> "Options":
         return Options(
@@ -145,6 +157,8 @@ class Options:
             timeouts=self.timeouts or fetch.Timeouts(min_rate=float(os.environ.get("ENVCTL_MIN_RATE", 64 * 1024))),
             segments=self.segments,
             check_disk=self.check_disk,
+            instance=self.instance,
+            registry_mirror=registry.mirror_setting(self.registry_mirror),
         )
 
 
@@ -169,10 +183,14 @@ def _data_path(art: ArtifactLike, opts: Options) -> Path:
 
 
 def is_present(art: ArtifactLike, opts: Options) -> bool:
+    """The image exists, or the data file exists with the pinned exact size (any size when unpinned)."""
     if art.kind == "image":
         return _inspect_id(art.image or art.name) is not None
     path = _data_path(art, opts)
-    return path.is_file() and (art.size is None or path.stat().st_size == art.size)
+    if not path.is_file():
+        return False
+    pin = opts.lock.get(art.name)  # type: ignore[union-attr]
+    return pin is None or pin.size is None or path.stat().st_size == pin.size
 
 
 def list_images(catalog, *, sites: Iterable[str] | None = None, flavor: str = "full",
@@ -187,7 +205,7 @@ def list_images(catalog, *, sites: Iterable[str] | None = None, flavor: str = "f
         rows.append(ArtifactInfo(
             site, flavor, art.name, art.kind, art.image,
             str(_data_path(art, opts)) if art.kind == "data" else None,
-            art.size or (pin.size if pin else None), art.loaded_size,
+            (pin.size if pin and pin.size else None) or art.size, art.loaded_size,
             tuple(f"{s.kind}:{s.mirror} {s.url}" for s in art.sources),
             is_present(art, opts), sha, pin.digest if pin else None, where,
         ))
@@ -210,14 +228,14 @@ def _sources(art: ArtifactLike, mirror: str | None) -> list[SourceLike]:
 def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opts: Options,
            root: Path) -> list[disk.Need]:
     pin = opts.lock.get(art.name)  # type: ignore[union-attr]
-    size = art.size or (pin.size if pin else None)
+    size = (pin.size if pin else None) or art.size  # exact when pinned, else the catalog's estimate
     if size is None or not sources:
         return []
     loaded = art.loaded_size or size
     if art.kind == "data":
         dest = _data_path(art, opts)
         have = fetch.partial_path(dest).stat().st_size if fetch.partial_path(dest).exists() else 0
-        return [disk.Need(dest.parent, max(0, size - have), f"download {art.name}")]
+        return [disk.Need(dest.parent, max(0, size - have), f"download {art.name}"), *_extract_needs(art, opts, size, root)]
     if sources[0].kind == "registry":
         return [disk.Need(root, loaded, f"pull {art.name}")]
     # The engine unpacks the archive into its tmp dir before registering the layers.
@@ -228,6 +246,22 @@ def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opt
         have = part.stat().st_size if part.exists() else 0
         needs.append(disk.Need(opts.downloads, max(0, size - have), f"download {art.name}"))  # type: ignore[arg-type]
     return needs
+
+
+def _extract_needs(art: ArtifactLike, opts: Options, size: int | None, root: Path) -> list[disk.Need]:
+    if art.extract is None:
+        return []
+    est = ex.unpacked_estimate(art.extract, size)
+    if not est:
+        return []
+    targets = ex.resolve(art.extract, opts.data_root, opts.instance)  # type: ignore[arg-type]
+    share = est // len(targets)  # one archive feeding several targets: split the estimate
+    return [disk.Need(Path(t.where).parent if t.kind == "dir" else root, share, f"extract {art.name} into {t.label}")
+            for t in targets]
+
+
+def _into_volume(art: ArtifactLike) -> bool:
+    return art.extract is not None and any(not t.startswith("{data_dir}") for t in art.extract.targets().values())
 
 
 def get_images(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full", mirror: str | None = None,
@@ -249,14 +283,18 @@ def get_artifacts(items: Sequence[tuple[str | None, ArtifactLike]], *, mirror: s
     opts = (options or Options()).resolved()
     emit = _serialised(progress)
     missing, results = [], {}
+    unpack: list[tuple[str | None, ArtifactLike]] = []  # present archives whose extract may be missing
     for site, art in items:
         if is_present(art, opts):
             results[art.name] = GetResult(site, art.name, "present")
             emit(Event("skip", art.name, site, message="already present"))
+            if art.kind == "data" and art.extract is not None:
+                unpack.append((site, art))
         else:
             missing.append((site, art, _sources(art, mirror)))
     if missing and opts.check_disk:
-        root = disk.docker_root() if any(a.kind == "image" for _, a, _ in missing) else Path("/")
+        on_engine = any(a.kind == "image" or _into_volume(a) for _, a, _ in missing)
+        root = disk.docker_root() if on_engine else Path("/")
         disk.check_space([n for _, a, srcs in missing for n in _needs(a, srcs, keep_archive, opts, root)])
     for site, art, _ in missing:
         emit(Event("plan", art.name, site, total=art.size))
@@ -272,7 +310,42 @@ def get_artifacts(items: Sequence[tuple[str | None, ArtifactLike]], *, mirror: s
             done = list(pool.map(one, missing))
     for r in done:
         results[r.name] = r
+    unpack += [(site, art) for site, art, _ in missing
+               if art.kind == "data" and art.extract is not None and results[art.name].action == "downloaded"]
+    for site, art in unpack:
+        results[art.name] = _unpack(site, art, results[art.name], opts, emit)
     return [results[a.name] for _, a in items]
+
+
+def _unpack(site: str | None, art: ArtifactLike, res: GetResult, opts: Options, emit: EventFn) -> GetResult:
+    """Unpack a present or just downloaded archive (skipped when its extract is complete)."""
+    began = time.monotonic()
+    lock = opts.lock
+    assert lock is not None and opts.data_root is not None
+    path = _data_path(art, opts)
+    pin = lock.get(art.name)
+    sha = res.sha256 or art.sha256 or (pin.sha256 if pin else None)
+    try:
+        if sha is None:  # a file put there by hand and never verified: hash it for the extract marker
+            sha = sha256_file(path)
+        targets = ex.resolve(art.extract, opts.data_root, opts.instance)
+        if ex.done(targets, sha):
+            return replace(res, extracted=tuple(t.label for t in targets))
+        size = path.stat().st_size
+        emit(Event("start", art.name, site, "extract", total=size, message="extracting into " +
+                   ", ".join(t.label for t in targets)))
+        got = ex.extract(path, art.extract, sha256=sha, data_root=opts.data_root, instance=opts.instance,
+                         labels={"envctl.site": site} if site else None,
+                         progress=lambda n, t: emit(Event("progress", art.name, site, "extract", n, t)))
+    except (EnvctlError, OSError) as exc:
+        msg = f"extracting {art.name} failed: {exc}"
+        emit(Event("error", art.name, site, message=msg))
+        return replace(res, action="failed", error=msg, seconds=res.seconds + time.monotonic() - began)
+    note = f"; no entries under {', '.join(got.unmatched)}" if got.unmatched else ""
+    emit(Event("done", art.name, site, "extract", got.bytes, got.bytes,
+               f"extracted {got.entries} entries in {got.seconds:.1f}s{note}"))
+    return replace(res, action="extracted" if res.action == "present" else res.action, extracted=got.targets,
+                   seconds=res.seconds + time.monotonic() - began)
 
 
 def _serialised(progress: EventFn | None) -> EventFn:
@@ -326,6 +399,8 @@ def _get_one(site: str | None, art: ArtifactLike, sources: list[SourceLike], kee
         except (FetchError, DockerError) as exc:
             pinned = lock.get(art.name)
             note = f" (pin in {lock.path})" if isinstance(exc, ChecksumMismatch) and pinned and not art.sha256 else ""
+            if isinstance(exc, ChecksumMismatch) and exc.hint:
+                note += f"; {exc.hint}"
             failures.append(f"{src.kind}:{src.mirror}: {exc.message}{note}")
             emit(Event("mirror-failed", art.name, site, src.mirror, message=exc.message + note))
     msg = f"no source worked for {art.name}: " + " | ".join(failures) if failures else f"{art.name} has no sources"
@@ -334,16 +409,19 @@ def _get_one(site: str | None, art: ArtifactLike, sources: list[SourceLike], kee
 
 
 def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_archive: bool, opts: Options,
-                 emit: EventFn, last: bool) -> tuple[str, str | None, int | None, str | None]:
+                 emit: EventFn, last: bool) -> tuple[Action, str | None, int | None, str | None]:
     """(action, sha256, size, image_id) from one source; raises FetchError / DockerError to try the next."""
     lock = opts.lock
     assert lock is not None and opts.timeouts is not None and opts.downloads is not None
     if src.kind == "registry":
-        pulled = registry.pull(src.url, progress=lambda line: emit(Event("progress", art.name, site, src.mirror, message=line)))
-        lock.check(art.name, digest=pulled.digest, mirror=src.mirror)
+        via = opts.registry_mirror
+        pulled = registry.pull(src.url, mirror=via,
+                               progress=lambda line: emit(Event("progress", art.name, site, src.mirror, message=line)))
+        where = f"{src.mirror} via {via}" if via else src.mirror
+        lock.check(art.name, digest=pulled.digest, mirror=where)
         if art.image and art.image != src.url:
-            subprocess.run(["docker", "tag", pulled.image_id, art.image], check=True, capture_output=True)
-        lock.record(Pin(art.name, digest=pulled.digest, image_id=pulled.image_id, mirror=src.mirror))
+            dk.tag_image(pulled.image_id, art.image)
+        lock.record(Pin(art.name, digest=pulled.digest, image_id=pulled.image_id, mirror=where))
         return "pulled", None, None, pulled.image_id
 
     # The slow-mirror check only skips a mirror when there is another one to go to.
@@ -356,23 +434,30 @@ def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_arch
         url = fetch.s3_https_url(url)
     pin = lock.get(art.name)
     want_sha = art.sha256 or (pin.sha256 if pin else None)
-    want_size = art.size or (pin.size if pin else None)
+    want_size = pin.size if pin else None  # exact; the catalog's size is only an estimate
     expect = "tar" if art.kind == "image" else fetch.expect_for(art.name)
     cb = _throttled(emit, site, art.name, src.mirror)
+
+    def check_total(total: int | None) -> None:
+        """The server's announced length against the pin's exact size: a different file is refused."""
+        if total is not None:
+            lock.check(art.name, size=total, mirror=src.mirror)
 
     if art.kind == "data":
         got = fetch.download(url, _data_path(art, opts), mirror=src.mirror, expected_size=want_size,
                              expected_sha256=want_sha, expect=expect, segments=opts.segments, progress=cb,
-                             timeouts=t, session=session)
+                             timeouts=t, session=session, check_total=check_total)
         lock.record(Pin(art.name, size=got.size, sha256=got.sha256, mirror=src.mirror))
         return "downloaded", got.sha256, got.size, None
 
     archive = opts.downloads / art.name
     if keep_archive or fetch.partial_path(archive).exists():
         got = fetch.download(url, archive, mirror=src.mirror, expected_size=want_size, expected_sha256=want_sha,
-                             expect="tar", segments=opts.segments, progress=cb, timeouts=t, session=session)
+                             expect="tar", segments=opts.segments, progress=cb, timeouts=t, session=session,
+                             check_total=check_total)
         return _load_archive(site, art, archive, src.mirror, keep_archive, opts, emit)
-    stream = fetch.Stream(url, mirror=src.mirror, expect="tar", expected_size=want_size, timeouts=t, session=session)
+    stream = fetch.Stream(url, mirror=src.mirror, expect="tar", expected_size=want_size, timeouts=t, session=session,
+                          check_total=check_total)
     loaded = load_stream(stream, tag=art.image, expected_sha256=want_sha, expected_size=want_size,
                          source=f"mirror {src.mirror}", progress=lambda n: cb(n, stream.total))
     lock.record(Pin(art.name, size=loaded.size, sha256=loaded.sha256, image_id=loaded.image_id, mirror=src.mirror))
@@ -380,7 +465,7 @@ def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_arch
 
 
 def _load_archive(site: str | None, art: ArtifactLike, archive: Path, mirror: str, keep_archive: bool,
-                  opts: Options, emit: EventFn) -> tuple[str, str | None, int | None, str | None]:
+                  opts: Options, emit: EventFn) -> tuple[Action, str | None, int | None, str | None]:
     """Load a downloaded archive (checked against the pin while streaming); delete it unless kept."""
     lock = opts.lock
     assert lock is not None
@@ -436,15 +521,60 @@ def _verify_one(site: str | None, art: ArtifactLike, opts: Options, emit: EventF
     if not path.is_file():
         return VerifyResult(site, art.name, False, f"{path} is missing; run 'envctl images get'")
     size = path.stat().st_size
+    redo = f"delete {path} and run 'envctl images get'"
+    if pin and pin.size is not None and size != pin.size:
+        return VerifyResult(site, art.name, False, f"{path} has {size} bytes, but {lock.path} pins {pin.size}; {redo}")
+    want = art.sha256 or (pin.sha256 if pin else None)
+    if want is None:
+        # Nothing to compare the bytes with: at least the length must be the one the server offers.
+        exact, mirror = _server_length(art, opts)
+        if exact is None:
+            return VerifyResult(site, art.name, False, f"{path} could not be verified (no pin, no sha256 in the catalog, "
+                                f"and no mirror told its length: {mirror}); not pinned. Retry when a mirror is reachable")
+        if exact != size:
+            return VerifyResult(site, art.name, False, f"{path} has {size} bytes, but mirror {mirror} offers {exact}: "
+                                f"it is incomplete or a different file; not pinned. {redo}")
     emit(Event("start", art.name, site, "local", total=size, message="hashing"))
     sha = sha256_file(path, lambda n: emit(Event("progress", art.name, site, "local", n, size)))
-    want = art.sha256 or (pin.sha256 if pin else None)
     if want and sha != want:
-        return VerifyResult(site, art.name, False, f"{path} has SHA-256 {sha}, expected {want}")
-    if pin is None:
-        lock.record(Pin(art.name, size=size, sha256=sha, mirror="local"))
-        return VerifyResult(site, art.name, True, f"{path} ok; pinned now (sha256 {sha[:12]})")
-    return VerifyResult(site, art.name, True, f"{path} matches sha256 {sha[:12]}")
+        return VerifyResult(site, art.name, False, f"{path} has SHA-256 {sha}, expected {want}; {redo}")
+    unpacked = ""
+    if art.extract is not None:
+        targets = ex.resolve(art.extract, opts.data_root, opts.instance)  # type: ignore[arg-type]
+        if not ex.done(targets, sha):
+            return VerifyResult(site, art.name, False, f"{path} is intact but not (completely) extracted into "
+                                f"{', '.join(t.label for t in targets)}; run 'envctl images get'")
+        unpacked = f"; extracted into {', '.join(t.label for t in targets)}"
+    if pin is None or pin.sha256 is None or pin.size is None:
+        lock.record(Pin(art.name, size=size, sha256=sha, mirror=pin.mirror if pin else "local"))
+        return VerifyResult(site, art.name, True, f"{path} ok ({size} bytes); pinned now (sha256 {sha[:12]}){unpacked}")
+    return VerifyResult(site, art.name, True, f"{path} matches {size} bytes and sha256 {sha[:12]}{unpacked}")
+
+
+def _server_length(art: ArtifactLike, opts: Options) -> tuple[int | None, str]:
+    """(exact length, mirror) from the first source whose server announces one; (None, why) otherwise."""
+    assert opts.timeouts is not None
+    t = fetch.Timeouts(**{**asdict(opts.timeouts), "min_rate": 0.0})
+    why = []
+    for src in art.sources:
+        if src.kind == "registry":
+            continue
+        session = fetch._session()
+        try:
+            url = fetch.gdrive_direct_url(session, src.url, t, src.mirror) if src.kind == "gdrive" else fetch.s3_https_url(src.url)
+            resp = fetch._open(session, url, 0, 1, t, src.mirror)
+        except FetchError as exc:
+            why.append(exc.message)
+            continue
+        with resp:
+            total, _ = fetch._total_and_ranges(resp)
+            if "text/html" in resp.headers.get("Content-Type", ""):
+                why.append(f"mirror {src.mirror} answered with an HTML page")
+                continue
+        if total is not None:
+            return total, src.mirror
+        why.append(f"mirror {src.mirror} announced no length")
+    return None, "; ".join(why) or "no download sources"
 
 
 # ---------------------------------------------------------------- export / import / prune
@@ -496,28 +626,31 @@ def import_image(file: Path, *, tag: str | None = None, progress: Callable[[int]
 
 
 def prune(*, options: Options | None = None, dry_run: bool = False) -> PruneResult:
-    """Remove partial downloads and dangling images envctl loaded or built."""
+    """Remove partial downloads, interrupted extracts and dangling images envctl loaded or built."""
     opts = (options or Options()).resolved()
     files: list[Path] = []
+    partial_dirs: list[Path] = []
     for base in (opts.downloads, opts.data_root):
         if base and base.is_dir():
             files += [p for p in base.rglob("*") if p.is_file() and p.name.endswith((".partial", ".partial.json"))]
+    if opts.data_root and opts.data_root.is_dir():  # extract leftovers: never complete, safe to drop
+        partial_dirs = [p for p in opts.data_root.rglob("*") if p.is_dir() and not p.is_symlink()
+                        and p.name.endswith((".extracting", ".old")) and not p.parent.name.endswith((".extracting", ".old"))]
     freed = sum(p.stat().st_size for p in files)
+    for d in partial_dirs:
+        freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file() and not f.is_symlink())
+        files.append(d)
     ours = {p.image_id for p in opts.lock.pins().values() if p.image_id}  # type: ignore[union-attr]
-    dangling = subprocess.run(["docker", "images", "--filter", "dangling=true", "--no-trunc", "--format",
-                               "{{.ID}}"], capture_output=True, text=True).stdout.split()
-    built = set(subprocess.run(["docker", "images", "--filter", "dangling=true", "--filter",
-                                "label=org.envctl.built-by=envctl", "--no-trunc", "--format", "{{.ID}}"],
-                               capture_output=True, text=True).stdout.split())
+    dangling = dk.dangling_image_ids()
+    built = set(dk.dangling_image_ids(label="org.envctl.built-by=envctl"))
     images = sorted({i for i in dangling if i in ours or i in built})
     if not dry_run:
         for p in files:
-            p.unlink(missing_ok=True)
-        removed = []
-        for i in images:
-            if subprocess.run(["docker", "image", "rm", i], capture_output=True).returncode == 0:
-                removed.append(i)
-        images = removed
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        images = dk.remove_images_quietly(images)
     return PruneResult(tuple(files), freed, tuple(images))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from envctl.errors import ChecksumMismatch, DockerError, FetchError
+from envctl.provision import docker as dk
 
 HOLD_BACK = 1 << 20  # > the tar end marker (1 KiB) with a wide margin
 _LOADED = re.compile(r"^Loaded image(?: ID)?: (\S+)\s*$", re.M)
@@ -39,14 +40,11 @@ def file_chunks(path: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
 
 
 def _inspect_id(ref: str) -> str | None:
-    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
-    return out.stdout.strip() if out.returncode == 0 else None
+    return dk.image_id_or_none(ref)
 
 
 def _repo_tags(image_id: str) -> tuple[str, ...]:
-    out = subprocess.run(["docker", "image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", image_id],
-                         capture_output=True, text=True)
-    return tuple(t for t in out.stdout.split() if t) if out.returncode == 0 else ()
+    return dk.image_repo_tags(image_id)
 
 
 def parse_loaded(output: str) -> list[str]:
@@ -62,8 +60,7 @@ def load_stream(chunks: Iterable[bytes], *, tag: str | None = None, expected_sha
     ``source`` names where the bytes came from (a mirror), for messages. Raises ChecksumMismatch,
     FetchError (from the chunk iterator) or DockerError; in every case nothing is left loaded.
     """
-    proc = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = dk.load_process()
     out: dict[str, bytes] = {}
 
     def drain(name: str) -> None:
@@ -118,10 +115,11 @@ def load_stream(chunks: Iterable[bytes], *, tag: str | None = None, expected_sha
                               "use an archive made by 'docker save' of one image")
         image_id = ids.pop()
         if tag:
-            tagged = subprocess.run(["docker", "tag", image_id, tag], capture_output=True, text=True)
-            if tagged.returncode != 0:
+            try:
+                dk.tag_image(image_id, tag)
+            except DockerError as exc:
                 _remove(refs)
-                raise DockerError(f"docker tag {image_id} {tag} failed: {tagged.stderr.strip()}", "check the tag name")
+                raise DockerError(exc.message, "check the tag name") from None
         ok = True
         return LoadResult(image_id, _repo_tags(image_id), size, digest)
     finally:
@@ -148,13 +146,12 @@ def _write(proc: subprocess.Popen[bytes], data: bytes, readers: list[threading.T
 
 
 def _remove(refs: list[str]) -> None:
-    for ref in refs:
-        subprocess.run(["docker", "image", "rm", ref], capture_output=True)
+    dk.remove_images_quietly(refs)
 
 
 def save_stream(ref: str) -> tuple[subprocess.Popen[bytes], Iterator[bytes]]:
     """``docker save ref`` as a chunk iterator (the process is returned so callers can check its exit)."""
-    proc = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = dk.save_process(ref)
 
     def chunks() -> Iterator[bytes]:
         assert proc.stdout is not None

@@ -40,10 +40,14 @@ def downloads_dir() -> Path:
     return data_dir() / "downloads"
 
 
+def _digest(value: object) -> object:
+    return value.rpartition("@")[2] if isinstance(value, str) else value
+
+
 @dataclass(frozen=True)
 class Pin:
     name: str  # artifact name, e.g. "shopping_final_0712.tar"
-    size: int | None = None
+    size: int | None = None  # exact bytes, as received and verified (the catalog's size is an estimate)
     sha256: str | None = None
     digest: str | None = None  # registry repo digest, e.g. "repo@sha256:..."
     image_id: str | None = None  # id of the image envctl loaded from it (for verify and prune)
@@ -80,7 +84,8 @@ class LockFile:
             return
         where = f" from mirror {mirror}" if mirror else ""
         for what, got, want in (("size", size, pin.size), ("SHA-256", sha256, pin.sha256), ("digest", digest, pin.digest)):
-            if got is not None and want is not None and got != want:
+            same = _digest(got) == _digest(want) if what == "digest" else got == want  # a mirror's repo differs
+            if got is not None and want is not None and not same:
                 raise ChecksumMismatch(
                     f"{name}{where} has {what} {got}, but {self.path} pins {want} (first verified {pin.verified_at or '?'} "
                     f"from {pin.mirror or '?'}); refused",

@@ -1,27 +1,36 @@
-"""``docker pull`` with progress, failing fast when the registry cannot be reached.
+"""``docker pull`` with progress, through an optional registry mirror, failing fast when unreachable.
 
 Before pulling, the registry host of the reference is resolved and a TCP connection to it is
 tried with a short timeout, so an offline host or a blocked registry costs seconds, not the
 engine's long retry loop, and the caller can fall through to the next source.
+
+A registry mirror (``ENVCTL_REGISTRY_MIRROR``, e.g. ``registry.lab:5000``) holds copies of the
+upstream repositories under their paths: ``mysql:8.1`` is pulled as
+``<mirror>/library/mysql:8.1``, ``ghcr.io/project-osrm/osrm-backend:v5.27.1`` as
+``<mirror>/project-osrm/osrm-backend:v5.27.1``; the result is tagged with the upstream reference,
+so everything else sees the image under the name the catalog uses. Docker talks plain HTTP only
+to mirrors on 127.0.0.0/8 or listed in the engine's ``insecure-registries``.
 """
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from typing import Callable
 
-from python_on_whales import DockerException, docker
-
-from envctl.errors import FetchError
+from envctl.errors import DockerError, FetchError, UsageError
+from envctl.provision import docker as dk
 
 DOCKER_HUB = "registry-1.docker.io"
+MIRROR_ENV = "ENVCTL_REGISTRY_MIRROR"
 
 
 @dataclass(frozen=True)
 class PullResult:
-    ref: str
+    ref: str  # the upstream reference asked for
     image_id: str
     digest: str | None  # "repo@sha256:..." when the registry reported one
+    pulled: str = ""  # the reference actually pulled (the mirror's, when one was used)
 
 
 def registry_host(ref: str) -> str:
@@ -30,6 +39,40 @@ def registry_host(ref: str) -> str:
     if sep and ("." in first or ":" in first or first == "localhost"):
         return first
     return DOCKER_HUB
+
+
+def split_ref(ref: str) -> tuple[str | None, str, str]:
+    """(registry host or None, repository path, ``:tag`` / ``@digest`` / '')."""
+    host = registry_host(ref)
+    rest = ref[len(host) + 1:] if host != DOCKER_HUB else ref
+    if "@" in rest:
+        path, _, digest = rest.partition("@")
+        suffix = "@" + digest
+    else:
+        head, _, last = rest.rpartition("/")
+        name, colon, tag = last.partition(":")
+        path, suffix = (f"{head}/{name}" if head else name), (f":{tag}" if colon else "")
+    return (None if host == DOCKER_HUB else host), path, suffix
+
+
+def mirror_setting(explicit: str | None = None) -> str | None:
+    """The registry mirror to use: ``explicit``, else ``$ENVCTL_REGISTRY_MIRROR``, else None."""
+    raw = explicit if explicit is not None else os.environ.get(MIRROR_ENV, "")
+    raw = raw.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
+    if not raw:
+        return None
+    if any(c in raw for c in " @") or raw.startswith("/"):
+        raise UsageError(f"registry mirror {raw!r} is not a registry host[:port][/path]",
+                         f"set {MIRROR_ENV} (or --registry-mirror) to e.g. registry.lab:5000")
+    return raw
+
+
+def mirror_ref(ref: str, mirror: str) -> str:
+    """``ref`` as a copy on ``mirror``: Docker Hub official images get ``library/``, other hosts are dropped."""
+    host, path, suffix = split_ref(ref)
+    if host is None and "/" not in path:
+        path = "library/" + path
+    return f"{mirror}/{path}{suffix}"
 
 
 def check_reachable(host: str, timeout: float = 5.0) -> None:
@@ -42,16 +85,35 @@ def check_reachable(host: str, timeout: float = 5.0) -> None:
                          "pick a tarball mirror with --mirror NAME") from exc
 
 
-def pull(ref: str, *, progress: Callable[[str], None] | None = None, timeout: float = 5.0) -> PullResult:
-    """Pull ``ref``; ``progress`` gets docker's progress lines. Raises FetchError when it cannot."""
-    check_reachable(registry_host(ref), timeout)
+def pull(ref: str, *, mirror: str | None = None, progress: Callable[[str], None] | None = None,
+         timeout: float = 5.0) -> PullResult:
+    """Pull ``ref`` (from ``mirror`` when given, then tagged ``ref``); ``progress`` gets docker's lines.
+
+    Raises FetchError when it cannot.
+    """
+    actual = mirror_ref(ref, mirror) if mirror else ref
+    host = mirror.split("/")[0] if mirror else registry_host(ref)
+    check_reachable(host, timeout)
     try:
-        for _, line in docker.image.pull(ref, stream_logs=True):  # type: ignore[misc]
+        for line in dk.pull_lines(actual):
             if progress:
-                progress(line.decode(errors="replace").rstrip())
-        image = docker.image.inspect(ref)
-    except DockerException as exc:
-        err = (exc.stderr or str(exc)).strip().splitlines()
-        raise FetchError(f"docker pull {ref} failed: {err[-1] if err else 'unknown error'}",
-                         "falling back to the next source") from exc
-    return PullResult(ref, image.id, image.repo_digests[0] if image.repo_digests else None)
+                progress(line)
+        image_id = dk.image_id_or_none(actual)
+        if image_id is None:
+            raise DockerError(f"docker pull {actual} reported success but the image is not there")
+        if mirror and "@" not in ref:
+            dk.tag_image(image_id, ref)  # the upstream name, which the catalog and 'docker run' use
+    except DockerError as exc:
+        via = f" (mirror {mirror} for {ref})" if mirror else ""
+        raise FetchError(f"{exc.message}{via}", "falling back to the next source") from exc
+    repo = actual.partition("@")[0] if "@" in actual else split_ref(actual)[1]
+    digests = dk.image_repo_digests(image_id)
+    digest = next((d for d in digests if d.partition("@")[0].endswith(repo)), digests[0] if digests else None)
+    return PullResult(ref, image_id, digest, actual)
+
+
+def digest_of(value: str | None) -> str | None:
+    """The content digest (``sha256:...``) of ``repo@sha256:...`` or of a bare digest."""
+    if not value:
+        return None
+    return value.rpartition("@")[2] or None
