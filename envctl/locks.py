@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,10 +12,64 @@ from typing import Iterator
 from envctl.errors import EnvctlError
 
 
+class UnsafeStateDir(EnvctlError):
+    """The state directory is not safely ours (another user's, or a symlink in a shared /tmp)."""
+
+
 def lock_dir() -> Path:
-    base = Path(os.environ.get("ENVCTL_STATE_DIR") or (Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"envctl-{os.getuid()}"))
+    """envctl's per-user state directory: locks, reset-server records and tokens, the debug log.
+
+    ``$ENVCTL_STATE_DIR``, else ``$XDG_RUNTIME_DIR/envctl-<uid>``, else ``/tmp/envctl-<uid>``. A
+    directory there that another user owns (e.g. made in /tmp before us) is refused: whoever owns it
+    could read our tokens or swap our files."""
+    explicit = os.environ.get("ENVCTL_STATE_DIR")
+    base = Path(explicit or (Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"envctl-{os.getuid()}"))
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(base) if explicit else os.lstat(base)
+    if not explicit and stat.S_ISLNK(st.st_mode):
+        raise UnsafeStateDir(f"envctl's state directory {base} is a symbolic link",
+                             f"remove it (rm {base}) or set ENVCTL_STATE_DIR to a directory you own")
+    if st.st_uid != os.getuid():
+        raise UnsafeStateDir(f"envctl's state directory {base} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})",
+                             f"remove it, or set ENVCTL_STATE_DIR to a directory you own (e.g. ~/.local/state/envctl)")
+    if not explicit and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(base, 0o700)  # ours, but readable by others: tighten it
     return base
+
+
+def open_private(path: Path, *, append: bool = False) -> int:
+    """Open ``path`` for writing as a file only this user can read (0600), never through a symlink.
+
+    Returns the fd (wrap it with ``os.fdopen``). An existing file keeps its content when
+    ``append``, else it is truncated; its mode is tightened to 0600 either way."""
+    flags = os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Replace ``path`` atomically with ``text``, mode 0600 (a temporary file beside it, then rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(open_private(tmp), "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_debug_log(text: str) -> Path | None:
+    """Append a traceback to ``<state dir>/debug.log`` (0600); None when it cannot be written."""
+    try:
+        path = lock_dir() / "debug.log"
+        with os.fdopen(open_private(path, append=True), "a") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        return path
+    except (OSError, EnvctlError):
+        return None
 
 
 class Busy(EnvctlError):
@@ -25,7 +80,7 @@ class Busy(EnvctlError):
 def locked(name: str, *, wait: bool = True, timeout: float = 600) -> Iterator[None]:
     """Hold lock ``name``; wait for it (up to ``timeout``) or raise Busy at once when ``wait`` is False."""
     path = lock_dir() / f"{name}.lock"
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -151,6 +151,20 @@ def test_two_host_mini_lab_serves_working_urls_and_rerun_changes_nothing(ssh_hos
     assert seen
     st = lab.status("mini-lab")
     assert all(h.ready for h in st.hosts), st
+
+    # the lab's token reached every host's reset server: WA_FULL_RESET carries it, nothing works without it
+    token = m.serve_token
+    assert len(token) >= 32
+    for entry, bg in zip(urls, lab.env("mini-lab", "browsergym")):
+        reset_url = bg["WA_FULL_RESET"]
+        assert reset_url.endswith("/" + token) and entry["reset_token"] == token
+        base = reset_url[: -len(token) - 1]
+        assert requests.get(f"{base}/reset", timeout=10).status_code == 403
+        assert requests.get(f"{base}/status.json", timeout=10).status_code == 403
+        assert requests.get(f"{reset_url}/status", timeout=10).text == "Ready for duty!"
+    for h in ssh_hosts:  # and it is not on any command line on the host
+        ps = h.ssh("sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        assert token not in ps.stdout
     try:
         _, second = lab.up_inventory("mini-lab", inv, flavor="mini", sites="all", lifecycle=True, wheelhouse=True, package=package,
                                      progress=lambda _: None)
@@ -158,3 +172,15 @@ def test_two_host_mini_lab_serves_working_urls_and_rerun_changes_nothing(ssh_hos
     finally:
         for i, h in enumerate(ssh_hosts):
             h.ssh("envctl", "down", "--instance", f"lab{i}")
+
+
+def test_inventory_file_with_unsafe_host_settings_is_refused_on_the_host(ssh_hosts, data_dir, package, tmp_path):
+    h = ssh_hosts[0]
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[envctl]\nbad ansible_host=127.0.0.1 ansible_port={h.port} ansible_user=root "
+                   f"ansible_ssh_private_key_file={h.key} "
+                   "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null' "
+                   f"envctl_instance=../../etc/x envctl_public_host=127.0.0.1\n")
+    m, res = lab.up_inventory("bad-lab", inventory_file=inv, lifecycle=False, package=package, progress=lambda _: None)
+    assert [f.host for f in res.failures] == ["bad"]
+    assert res.failures[0].task == "check the host's envctl settings" and "envctl_instance" in res.failures[0].output

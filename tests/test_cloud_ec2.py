@@ -95,6 +95,27 @@ def test_world_is_refused_without_flag(aws):
     with pytest.raises(UsageError, match="--allow-cidr"):
         spec(allow_cidrs=()).validate()
     spec(allow_cidrs=("0.0.0.0/0",), allow_world=True).validate()
+    # halves that add up to the whole internet, and IPv6's ::/0 in pieces, are the whole internet too
+    for cidrs in (("0.0.0.0/1", "128.0.0.0/1"), ("203.0.113.7/32", "::/1", "8000::/1")):
+        with pytest.raises(UsageError, match="--allow-world"):
+            spec(allow_cidrs=cidrs).validate()
+        spec(allow_cidrs=cidrs, allow_world=True).validate()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", "x" * 41, "-rf"])
+def test_bad_lab_names_touch_no_file(aws, tmp_path, name):
+    victim = tmp_path / "data" / "escape.json"
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("{}")
+    with pytest.raises(UsageError, match="lab name"):
+        spec(lab=name).validate()
+    with pytest.raises(UsageError, match="lab name"):
+        lab.LabManifest.load(name)
+    with pytest.raises(UsageError, match="lab name"):
+        lab.down(name, ec2=aws, region=REGION, progress=lambda _: None)
+    with pytest.raises(UsageError, match="lab name"):
+        lab.up_inventory(name, [], progress=lambda _: None)
+    assert victim.read_text() == "{}" and not (tmp_path / "data" / "labs").exists()
 
 
 def test_webarena_ami_outside_its_region_is_explained(aws):
@@ -152,9 +173,12 @@ def test_up_creates_tagged_lab_and_status_shows_ttl_and_cost(aws, ami, monkeypat
         vols = aws.describe_volumes(VolumeIds=vol_ids)["Volumes"]
         assert [v["Size"] for v in vols] == [snap_gb]  # root grown to the AMI snapshot's size
 
-    # waiters: the instances run, and the manifest was written
+    # waiters: the instances run, and the manifest was written, private (it holds the lab's token)
     assert {h.state for h in e.describe_hosts(aws, "lab-a")} == {"running"}
-    assert (lab.labs_dir() / "lab-a.json").is_file()
+    manifest = lab.labs_dir() / "lab-a.json"
+    assert manifest.is_file() and stat.S_IMODE(os.stat(manifest).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(lab.labs_dir()).st_mode) == 0o700
+    assert len(m.serve_token) >= 32 and lab.LabManifest.load("lab-a").serve_token == m.serve_token
 
     # status: time left and cost from the price table, two hours after launch
     later = datetime.now(timezone.utc) + timedelta(hours=1)
@@ -172,6 +196,7 @@ def test_rerun_reuses_and_completes_the_lab(aws, ami, monkeypatch):
     m1, _ = lab.up_ec2(s, configure=False, progress=lambda _: None, ec2=aws)
     m2, _ = lab.up_ec2(spec(ami=ami, hosts=2), configure=False, progress=lambda _: None, ec2=aws)
     assert m2.resources["security_group_id"] == m1.resources["security_group_id"]
+    assert m2.serve_token == m1.serve_token  # the hosts' running reset servers keep their token
     assert len(e.describe_hosts(aws, "lab-a")) == 2
     assert len(aws.describe_key_pairs(Filters=[{"Name": "key-name", "Values": ["envctl-lab-a"]}])["KeyPairs"]) == 1
 

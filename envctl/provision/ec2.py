@@ -8,7 +8,6 @@ schedules ``shutdown -h +MIN`` at first boot. All boto3 calls go through ``aws.a
 from __future__ import annotations
 
 import getpass
-import ipaddress
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 from envctl.errors import CloudError, UsageError
 from envctl.provision.aws import aws_call
+from envctl.validate import validate_allowed_cidrs, validate_lab_name, validate_port
 
 TAG_LAB, TAG_TTL, TAG_OWNER, TAG_CREATED_BY = "envctl:lab", "envctl:ttl", "envctl:owner", "envctl:created-by"
 # Official WebArena AMI ("webarena-with-configurable-map-backend"), published in us-east-2 only.
@@ -55,6 +55,7 @@ class Ec2LabSpec:
     owner: str = field(default_factory=lambda: os.environ.get("USER") or getpass.getuser())
 
     def validate(self) -> None:
+        validate_lab_name(self.lab)
         if not LAB_NAME.match(self.lab):
             raise UsageError(f"invalid lab name '{self.lab}'", "use 1-31 lowercase letters, digits and '-'")
         if self.hosts < 1:
@@ -62,6 +63,8 @@ class Ec2LabSpec:
         if not 1 <= self.ttl_minutes <= 7 * 24 * 60:
             raise UsageError(f"--ttl must be between 1 minute and 7 days (got {self.ttl_minutes} min)")
         check_cidrs(self.allow_cidrs, allow_world=self.allow_world)
+        for p in self.ports:
+            validate_port(p, "lab port")
 
 
 @dataclass
@@ -114,19 +117,10 @@ class Teardown:
     key_files_removed: list[str]
 
 
-def check_cidrs(cidrs: Sequence[str], *, allow_world: bool) -> None:
-    if not cidrs:
-        raise UsageError("no --allow-cidr given", "pass the CIDR(s) that may reach the lab, e.g. --allow-cidr 203.0.113.7/32")
-    for c in cidrs:
-        try:
-            net = ipaddress.ip_network(c, strict=False)
-        except ValueError as exc:
-            raise UsageError(f"invalid CIDR '{c}'", "use the form 203.0.113.7/32") from exc
-        if net.prefixlen == 0 and not allow_world:
-            raise UsageError(
-                f"refusing to open the lab to the whole internet ({c})",
-                "name your own CIDR with --allow-cidr, or pass --allow-world if you really mean it",
-            )
+def check_cidrs(cidrs: Sequence[str], *, allow_world: bool) -> list[str]:
+    """The normalised CIDRs, or UsageError: none given, one invalid, or together the whole IPv4 or
+    IPv6 internet (``0.0.0.0/0``, ``0.0.0.0/1`` + ``128.0.0.0/1``, ``::/0``…) without ``allow_world``."""
+    return validate_allowed_cidrs(cidrs, allow_world=allow_world)
 
 
 def lab_filter(lab: str) -> list[dict[str, Any]]:
@@ -206,12 +200,12 @@ def ensure_key_pair(ec2: Any, spec: Ec2LabSpec, key_dir: Path, res: LabResources
                              f"run 'envctl cloud down --lab {spec.lab}' and start again")
         res.key_name, res.key_created, res.key_file = name, True, str(path)
         return
-    key_dir.mkdir(parents=True, exist_ok=True)
+    key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with aws_call("creating key pair", lab=spec.lab, created=res.summary()):
         material = ec2.create_key_pair(KeyName=name, KeyType="ed25519",
                                        TagSpecifications=[_tags(spec, "key-pair")])["KeyMaterial"]
     res.key_name, res.key_created, res.key_file = name, True, str(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(material if material.endswith("\n") else material + "\n")
     os.chmod(path, 0o600)
@@ -232,8 +226,9 @@ def ensure_security_group(ec2: Any, spec: Ec2LabSpec, res: LabResources) -> None
         )["GroupId"]
     res.security_group_id = gid
     ports = sorted({SSH_PORT, *spec.ports})
-    ranges = [{"CidrIp": c, "Description": "envctl --allow-cidr"} for c in spec.allow_cidrs if ":" not in c]
-    ranges6 = [{"CidrIpv6": c, "Description": "envctl --allow-cidr"} for c in spec.allow_cidrs if ":" in c]
+    cidrs = check_cidrs(spec.allow_cidrs, allow_world=spec.allow_world)
+    ranges = [{"CidrIp": c, "Description": "envctl --allow-cidr"} for c in cidrs if ":" not in c]
+    ranges6 = [{"CidrIpv6": c, "Description": "envctl --allow-cidr"} for c in cidrs if ":" in c]
     perms = [{"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges, "Ipv6Ranges": ranges6} for p in ports]
     with aws_call("opening the lab ports", lab=spec.lab, created=res.summary()):
         ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=perms)

@@ -4,13 +4,20 @@ The verbs behind ``envctl cloud up|status|reset|down|env``. EC2 work is in ``ec2
 host work in the playbooks run by ``ansible``. A lab's manifest (what was created, each host's
 ``envctl env --json``, failures) is JSON in ``<data dir>/labs/<lab>.json``; the data dir is
 ``$ENVCTL_DATA_DIR`` or ``$XDG_DATA_HOME/envctl`` (default ``~/.local/share/envctl``). The
-manifest is a convenience: ``cloud down`` finds EC2 resources by tag even without it.
+manifest is a convenience: ``cloud down`` finds EC2 resources by tag even without it. It holds
+the lab's reset-server token, so it is written 0600 in a 0700 directory; lab names are validated
+(:func:`envctl.validate.validate_lab_name`) before any file is written or removed.
+
+Every lab has a token (``secrets.token_urlsafe``, made at the first ``cloud up`` and kept in the
+manifest): the playbook gives it to each host's ``envctl serve`` (``$ENVCTL_SERVE_TOKEN``), whose
+``WA_FULL_RESET`` then carries it as the first path segment; ``cloud env`` shows those URLs.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import secrets
 import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -20,10 +27,12 @@ from typing import Any, Callable, Sequence
 import requests
 
 from envctl.errors import CloudError, UsageError
+from envctl.locks import write_private
 from envctl.provision import ec2 as ec2mod
 from envctl.provision.ansible import HostFailure, InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
 from envctl.provision.aws import ec2_client
 from envctl.provision.package import ControllerPackage, controller_wheel
+from envctl.validate import validate_host, validate_instance_name, validate_lab_name, validate_port_offset
 
 Progress = Callable[[str], None]
 GB = 1_000_000_000
@@ -38,6 +47,18 @@ def data_dir() -> Path:
 
 def labs_dir() -> Path:
     return data_dir() / "labs"
+
+
+def lab_file(lab: str, suffix: str) -> Path:
+    """``<labs dir>/<lab><suffix>`` for a validated lab name (never outside the labs dir)."""
+    return labs_dir() / f"{validate_lab_name(lab)}{suffix}"
+
+
+def _private_labs_dir() -> Path:
+    d = labs_dir()
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
+    return d
 
 
 @dataclass
@@ -65,21 +86,20 @@ class LabManifest:
     hosts: list[LabHost] = field(default_factory=list)
     inventory_file: str | None = None
     last_play_seconds: float | None = None
+    serve_token: str = ""  # the hosts' reset-server token (see the module docstring)
 
     @property
     def path(self) -> Path:
-        return labs_dir() / f"{self.lab}.json"
+        return lab_file(self.lab, ".json")
 
     def save(self) -> Path:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
-        tmp.replace(self.path)
-        return self.path
+        path = self.path
+        _private_labs_dir()
+        return write_private(path, json.dumps(asdict(self), indent=2, sort_keys=True))
 
     @classmethod
     def load(cls, lab: str) -> "LabManifest":
-        path = labs_dir() / f"{lab}.json"
+        path = lab_file(lab, ".json")
         if not path.is_file():
             known = sorted(p.stem for p in labs_dir().glob("*.json"))
             raise UsageError(f"no lab named '{lab}' (no {path})",
@@ -87,6 +107,16 @@ class LabManifest:
         raw = json.loads(path.read_text())
         raw["hosts"] = [LabHost(**h) for h in raw.get("hosts", [])]
         return cls(**raw)
+
+
+def lab_token(lab: str) -> str:
+    """The lab's reset-server token: the one in its manifest (a re-run keeps the hosts' servers
+    valid), else a new ``secrets.token_urlsafe(32)``."""
+    try:
+        token = LabManifest.load(lab).serve_token
+    except (UsageError, OSError, ValueError, TypeError):
+        token = ""
+    return token or secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -130,6 +160,7 @@ def _configure(m: LabManifest, inv: dict[str, Any] | Path, *, lifecycle: bool, w
                 "envctl_wheel": str(pkg.wheel), "envctl_wheel_sha256": pkg.sha256, "envctl_version": pkg.version,
                 "envctl_wheelhouse": str(pkg.wheelhouse) if pkg.wheelhouse else "", "envctl_flavor": m.flavor,
                 "envctl_sites": m.sites, "envctl_lifecycle": lifecycle, "envctl_images_url": images_url,
+                "envctl_serve_token": m.serve_token,
             },
         )
     failed = {f.host: f for f in result.failures}
@@ -158,16 +189,23 @@ def up_inventory(lab: str, hosts: Sequence[InventoryHost] | None = None, *, inve
     """Configure a lab of existing SSH hosts (``hosts`` or the user's inventory file).
 
     ``package`` reuses an already built controller wheel (see ``package.controller_wheel``)."""
+    validate_lab_name(lab)
     if (hosts is None) == (inventory_file is None):
         raise UsageError("give either hosts or an inventory file")
+    for h in hosts or ():
+        validate_instance_name(str(h.vars.get("envctl_instance", "default")))
+        validate_port_offset(h.vars.get("envctl_port_offset", 0))
+        for key in ("envctl_public_host", "envctl_bind"):
+            if key in h.vars:
+                validate_host(str(h.vars[key]), key)
     m = LabManifest(lab=lab, kind="inventory", created=_now(), flavor=flavor, sites=sites,
-                    inventory_file=str(inventory_file) if inventory_file else None)
+                    inventory_file=str(inventory_file) if inventory_file else None, serve_token=lab_token(lab))
     for h in hosts or ():
         m.hosts.append(LabHost(name=h.name, address=h.address, instance=str(h.vars.get("envctl_instance", "default")),
                                port_offset=int(h.vars.get("envctl_port_offset", 0)),
                                public_host=str(h.vars.get("envctl_public_host", h.address))))
     m.save()
-    known_hosts = labs_dir() / f"{lab}.known_hosts"
+    known_hosts = lab_file(lab, ".known_hosts")
     inv: dict[str, Any] | Path = inventory_file if inventory_file else inventory(hosts or [], known_hosts=known_hosts)
     result = _configure(m, inv, lifecycle=lifecycle, wheelhouse=wheelhouse, images_url=images_url,
                         progress=progress, playbook_progress=playbook_progress, package=package)
@@ -183,7 +221,7 @@ def up_ec2(spec: ec2mod.Ec2LabSpec, *, flavor: str = "mini", sites: str = "all",
     ec2 = ec2 or ec2_client(spec.region)
     res = ec2mod.LabResources()
     m = LabManifest(lab=spec.lab, kind="ec2", created=_now(), region=spec.region, flavor=flavor, sites=sites,
-                    spec=asdict(spec))
+                    spec=asdict(spec), serve_token=lab_token(spec.lab))
     try:
         res.ami_id = ec2mod.resolve_ami(ec2, spec.region, spec.ami)
         ec2mod.ensure_key_pair(ec2, spec, data_dir() / "keys", res)
@@ -205,7 +243,7 @@ def up_ec2(spec: ec2mod.Ec2LabSpec, *, flavor: str = "mini", sites: str = "all",
         return m, None
     inv_hosts = [InventoryHost(name=h.name, address=h.address, user=ssh_user, key_file=res.key_file, become=True,
                                vars={"envctl_public_host": h.public_host}) for h in m.hosts]
-    known_hosts = labs_dir() / f"{spec.lab}.known_hosts"
+    known_hosts = lab_file(spec.lab, ".known_hosts")
     result = _configure(m, inventory(inv_hosts, known_hosts=known_hosts), lifecycle=lifecycle, wheelhouse=wheelhouse,
                         images_url=images_url, progress=progress, playbook_progress=playbook_progress)
     return m, result
@@ -289,11 +327,12 @@ def _inventory_for(m: LabManifest) -> dict[str, Any] | Path:
     hosts = [InventoryHost(h.name, h.address, user=user, key_file=key, become=m.kind == "ec2",
                            vars={"envctl_instance": h.instance, "envctl_port_offset": h.port_offset})
              for h in m.hosts]
-    return inventory(hosts, known_hosts=labs_dir() / f"{m.lab}.known_hosts")
+    return inventory(hosts, known_hosts=lab_file(m.lab, ".known_hosts"))
 
 
 def down(lab: str, *, ec2: Any = None, region: str | None = None, progress: Progress = print) -> ec2mod.Teardown | None:
     """Terminate the lab's instances and delete the group and key pair envctl created for it."""
+    validate_lab_name(lab)
     try:
         m: LabManifest | None = LabManifest.load(lab)
     except UsageError:
@@ -310,7 +349,7 @@ def down(lab: str, *, ec2: Any = None, region: str | None = None, progress: Prog
     result = ec2mod.teardown(ec2, lab, key_files=key_files, progress=progress)
     if m:
         m.path.unlink(missing_ok=True)
-    (labs_dir() / f"{lab}.known_hosts").unlink(missing_ok=True)
+    lab_file(lab, ".known_hosts").unlink(missing_ok=True)
     return result
 
 
@@ -323,7 +362,7 @@ def env(lab: str, fmt: str = "json") -> list[dict[str, Any]]:
         if not h.env:
             continue
         if fmt == "json":
-            out.append({"host": h.name, "instance": h.instance, "env": h.env})
+            out.append({"host": h.name, "instance": h.instance, "env": h.env, "reset_token": m.serve_token or None})
         elif fmt == "browsergym":
             out.append({k: v for k, v in h.env.items() if k.startswith(("WA_", "VWA_")) or k == "DATASET"})
         elif fmt == "agentlab":

@@ -4,10 +4,10 @@ Run on a lab host with envctl's own Python: ``missing_images.py FLAVOR all|SITE,
 playbook uses it to decide honestly whether the image step has anything to do.
 """
 import json
-import subprocess
 import sys
 
 from envctl.catalog import load_catalog
+from envctl.provision.docker import image_exists
 
 
 def main() -> None:
@@ -20,8 +20,7 @@ def main() -> None:
         for svc in site.services.values():
             if flavor in svc.flavors:
                 images.add(svc.flavors[flavor].image)
-    missing = sorted(i for i in images if subprocess.run(
-        ["docker", "image", "inspect", i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0)
+    missing = sorted(i for i in images if not image_exists(i))
     print(json.dumps(missing))
 
 
