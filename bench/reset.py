@@ -67,7 +67,7 @@ def main() -> int:
             lat: list[float] = []
             boots: list[float] = []
             if tier == "spare":
-                with lab.proxy_state() as st:
+                with lab.running().routing() as st:
                     st.wanted[site] = 1
                 lab.replenish(site, 1)
                 for _ in range(args.n):
@@ -83,7 +83,7 @@ def main() -> int:
             thr = {}
             if tier == "spare":
                 for k in (1, 2):
-                    with lab.proxy_state() as st:
+                    with lab.running().routing() as st:
                         st.wanted[site] = k
                     lab.replenish(site, k)
                     done, t0 = 0, time.monotonic()
@@ -93,7 +93,7 @@ def main() -> int:
                         assert r.ok, r
                         done += 1
                     thr[k] = done / (time.monotonic() - t0) * 60
-                with lab.proxy_state() as st:
+                with lab.running().routing() as st:
                     st.wanted[site] = 1
             rec = statistics.median(recreate)
             rows.append((site, tier, statistics.median(lat), pct(lat, 95), rec, rec / pct(lat, 95),

@@ -22,12 +22,13 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from envctl.errors import CatalogError, UnknownSite
+from envctl.errors import CatalogError, UnknownSite, UsageError
+from envctl.secrets import mask_data, mask_text
 
 BUILTIN = Path(__file__).with_name("sites.yaml")
 Benchmark = Literal["webarena", "visualwebarena"]
@@ -36,6 +37,22 @@ Tier = Literal["spare", "endpoint", "recreate", "none"]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def dependency_order(names: list[str], deps: Callable[[str], Iterable[str]]) -> list[str]:
+    """``names`` and their dependencies, each after everything it depends on (the one such ordering)."""
+    order: list[str] = []
+
+    def visit(n: str) -> None:
+        if n in order:
+            return
+        for d in deps(n):
+            visit(d)
+        order.append(n)
+
+    for n in names:
+        visit(n)
+    return order
 
 
 class Ports(_Model):
@@ -59,6 +76,65 @@ class Source(_Model):
     url: str
 
 
+_VOLUME_NAME = re.compile(r"^[A-Za-z0-9{][A-Za-z0-9_.{}-]*$")
+
+
+def _check_target(target: str) -> str:
+    """An extract target: ``{data_dir}/relative/path``, or a Docker volume name scoped by ``{instance}``."""
+    if target.startswith("{data_dir}"):
+        rest = target[len("{data_dir}"):]
+        parts = [p for p in rest.split("/") if p]
+        if not rest.startswith("/") or not parts or ".." in parts or "{" in rest:
+            raise ValueError(f"extract target {target!r}: expected {{data_dir}}/<path> without '..'")
+        return target
+    if "/" in target or not _VOLUME_NAME.match(target):
+        raise ValueError(f"extract target {target!r}: expected {{data_dir}}/<path> or a Docker volume name")
+    if "{instance}" not in target or target.replace("{instance}", "").count("{"):
+        raise ValueError(f"extract target {target!r}: a volume must be instance-scoped, e.g. '{{instance}}-osm-data'")
+    return target
+
+
+class Extract(_Model):
+    """How a data archive is unpacked after download: ``format``, ``strip``, then ``destination``.
+
+    ``strip`` removes leading path components (an int) or a leading path prefix (a string) from
+    every entry; ``destination`` is one target, or a mapping {entry prefix: target} (one archive
+    feeding several targets; entries under no prefix are skipped). A target is
+    ``{data_dir}/<path>`` or a Docker volume name containing ``{instance}``.
+    """
+
+    format: Literal["tar", "tar.gz", "zip"]
+    strip: int | str = 0
+    destination: str | dict[str, str]
+    size: int | None = Field(default=None, ge=0)  # unpacked bytes (estimate, for the disk pre-check)
+
+    @field_validator("strip")
+    @classmethod
+    def _strip(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("strip: expected a number of leading path components (>= 0) or a path prefix")
+        if isinstance(v, str) and (v.startswith("/") or ".." in v.split("/")):
+            raise ValueError(f"strip {v!r}: expected a relative path prefix without '..'")
+        return v
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, v: str | dict[str, str]) -> str | dict[str, str]:
+        if isinstance(v, str):
+            return _check_target(v)
+        if not v:
+            raise ValueError("destination: an empty mapping; expected {entry prefix: target}")
+        for prefix, target in v.items():
+            if prefix.startswith("/") or ".." in prefix.split("/"):
+                raise ValueError(f"destination prefix {prefix!r}: expected a relative path without '..'")
+            _check_target(target)
+        return v
+
+    def targets(self) -> dict[str, str]:
+        """{entry prefix ('' = every entry): target}."""
+        return {"": self.destination} if isinstance(self.destination, str) else dict(self.destination)
+
+
 class Artifact(_Model):
     name: str
     kind: Literal["image", "data"] = "image"
@@ -69,6 +145,7 @@ class Artifact(_Model):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     sources: tuple[Source, ...] = ()
     note: str | None = None
+    extract: Extract | None = None  # data archives: unpacked after download and verification
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Artifact":
@@ -76,6 +153,8 @@ class Artifact(_Model):
             raise ValueError("an image artifact needs 'image' (the tag the catalog uses)")
         if self.kind == "data" and not self.dest:
             raise ValueError("a data artifact needs 'dest' (path under the data directory)")
+        if self.extract is not None and self.kind != "data":
+            raise ValueError("'extract' is for data artifacts (kind: data); images are loaded, not unpacked")
         return self
 
 
@@ -107,6 +186,11 @@ class Service(_Model):
     tmpfs: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # network aliases on the site's private network
     stop_timeout: int = Field(default=30, ge=1)
+    # argv run inside the container before 'docker stop' (GitLab: 'gitlab-ctl stop', since PID 1
+    # runsvdir does not stop PostgreSQL cleanly on SIGTERM).
+    stop: tuple[str, ...] | None = None
+    # Docker restart policy (VisualWebArena's classifieds db relies on 'always' for its first init).
+    restart: Literal["no", "always", "unless-stopped", "on-failure"] = "no"
     # argv run inside the container until it exits 0: the app can take configure steps.
     ready: tuple[str, ...] | None = None
     # A service without an entry for a flavor does not exist in that flavor.
@@ -201,6 +285,7 @@ class Site(_Model):
     entry: str  # the service the site's URL points at
     services: dict[str, Service] = Field(min_length=1)
     depends_on: tuple[str, ...] = ()  # other sites that must be up first
+    coupled_with: tuple[str, ...] = ()  # sites whose state this one's writes can change (run together)
     flavors: dict[str, Flavor]
     configure: tuple[Step, ...] = ()
     settings: dict[str, str] = Field(default_factory=dict)
@@ -274,22 +359,16 @@ class Site(_Model):
 
     def service_order(self) -> list[str]:
         """Services in dependency order (dependencies first)."""
-        order: list[str] = []
+        return dependency_order(list(self.services), lambda n: self.services[n].depends_on)
 
-        def visit(n: str) -> None:
-            if n in order:
-                return
-            for d in self.services[n].depends_on:
-                visit(d)
-            order.append(n)
 
-        for n in self.services:
-            visit(n)
-        return order
+class ResetServer(_Model):
+    port: int = Field(default=7565, ge=1, le=65535)  # BrowserGym's WA_FULL_RESET server
 
 
 class Catalog(_Model):
     version: Literal[1]
+    reset_server: ResetServer = ResetServer()
     sites: dict[str, Site] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -300,6 +379,9 @@ class Catalog(_Model):
             for dep in site.depends_on:
                 if dep not in self.sites:
                     problems.append(f"sites.{name}.depends_on: unknown site '{dep}'")
+            for other in site.coupled_with:
+                if other not in self.sites:
+                    problems.append(f"sites.{name}.coupled_with: unknown site '{other}'")
             for other in (site.login.no_pair_with if site.login else ()):
                 if other not in self.sites:
                     problems.append(f"sites.{name}.login.no_pair_with: unknown site '{other}'")
@@ -335,21 +417,51 @@ class Catalog(_Model):
             wanted = [n for n, s in self.sites.items() if benchmark is None or benchmark in s.benchmarks]
         else:
             wanted = [n for n in names if self.site(n)]
-        order: list[str] = []
-
-        def visit(n: str) -> None:
-            if n in order:
-                return
-            for d in self.sites[n].depends_on:
-                visit(d)
-            order.append(n)
-
-        for n in wanted:
-            visit(n)
-        return order
+        return dependency_order(wanted, lambda n: self.sites[n].depends_on)
 
     def flavors(self) -> list[str]:
         return sorted({f for s in self.sites.values() for f in s.flavors})
+
+    def placeholders(self) -> dict[str, str]:
+        """Task-config placeholders (``__SHOPPING_ADMIN__``) -> the harness variable each stands for:
+        one per site, its first WebArena (else VisualWebArena) variable. Longest first, so that
+        plain string replacement never cuts ``__SHOPPING__`` out of ``__SHOPPING_ADMIN__``."""
+        out = {}
+        for name, s in self.sites.items():
+            names = list(s.env.get("webarena") or s.env.get("visualwebarena") or {})
+            if names:
+                out[f"__{name.upper()}__"] = names[0]
+        return dict(sorted(out.items(), key=lambda kv: -len(kv[0])))
+
+    def coupled(self) -> list[tuple[str, str]]:
+        """Pairs of sites whose state is coupled (one may change the other's), from ``coupled_with``."""
+        return [(other, name) for name, s in self.sites.items() for other in s.coupled_with]
+
+    def account_with_role(self, role: str) -> Account | None:
+        return next((a for s in self.sites.values() for a in s.accounts if a.role == role), None)
+
+    def images_of(self, site: str, flavor: str) -> list[str]:
+        s = self.site(site)
+        if flavor not in s.flavors:
+            raise UsageError(f"site '{site}' has no flavor '{flavor}'", f"choose one of {', '.join(s.flavors)}")
+        return [s.services[svc].flavors[flavor].image for svc in s.services_for(flavor)]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per site: ports, flavors, benchmarks, reset tier, login account."""
+        return [{"site": name, "title": s.title, "benchmarks": list(s.benchmarks), "ports": s.public_ports(),
+                 "flavors": list(s.flavors), "reset": s.reset.tier, "login": s.login.account if s.login else None}
+                for name, s in self.sites.items()]
+
+    def describe(self, site: str) -> dict[str, Any]:
+        """Everything about ``site``, secrets masked, with its configure steps rendered for 127.0.0.1."""
+        s = self.site(site)
+        data = mask_data(s.model_dump(mode="json"), site=s)
+        r = Renderer(self, site, Deployment())
+        data["rendered_for_127.0.0.1"] = {f: [mask_text(s, " ".join(r.argv(st.run))) for st in s.steps(f)]
+                                          for f in s.flavors}
+        return data
+
+
 
 
 def _strings(obj: Any, path: str) -> list[tuple[str, str]]:
@@ -388,6 +500,54 @@ def _describe(err: dict[str, Any]) -> str:
     return f"{msg.lower()} (got {shown})"
 
 
+# DESIGN.md decision 2: a flavor overrides only a service's image, build and memory and the site's
+# description and artifacts; everything else belongs to the site and runs unchanged on every flavor.
+SERVICE_FLAVOR_KEYS = frozenset({"image", "build", "memory"})
+SITE_FLAVOR_KEYS = frozenset({"description", "artifacts"})
+# Known exceptions, to be moved to the site / service level once the mini images answer the upstream
+# commands and the host data directories exist for the mini flavor too. Do not add to this list.
+FLAVOR_OVERRIDE_ALLOWLIST = frozenset({
+    # Host data: the upstream images read data envctl downloads into {data_dir} (or named volumes);
+    # the mini images have their small data built in, and nothing puts it into {data_dir} yet.
+    "sites.wikipedia.services.web.flavors.full.volumes",
+    *(f"sites.map.services.{svc}.flavors.full.volumes"
+      for svc in ("tile", "nominatim", "osrm_car", "osrm_bike", "osrm_foot", "web")),
+    "sites.classifieds.services.db.flavors.full.volumes",
+    # OSRM: which profile (car, bike, foot) a server routes with comes from the dataset in that volume,
+    # so the mini image, without it, is told by its command.
+    *(f"sites.map.services.{svc}.flavors.{flavor}.command"
+      for svc in ("osrm_car", "osrm_bike", "osrm_foot") for flavor in ("full", "mini")),
+    # The mini frontend renders search and directions server-side, so it calls the backends on the
+    # private network; upstream's browser-side calls use the public URLs the configure seds write.
+    "sites.map.services.web.flavors.mini.env",
+    # The mini web would reach its db through the "db" alias like upstream's; tests still read DB_HOST.
+    "sites.classifieds.services.web.flavors.mini.env",
+})
+
+
+def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
+    """One problem per flavor key that is neither allowed nor on the allowlist, named by its path."""
+    problems = []
+    sites = raw.get("sites") if isinstance(raw.get("sites"), dict) else {}
+    for sname, site in sites.items():
+        if not isinstance(site, dict):
+            continue
+        flavors = [(f"sites.{sname}.flavors.{fname}", f, SITE_FLAVOR_KEYS, "a site flavor may override only "
+                    "'description' and 'artifacts'; move it to the site so it runs on every flavor")
+                   for fname, f in (site.get("flavors") or {}).items()]
+        for vname, svc in (site.get("services") or {}).items():
+            flavors += [(f"sites.{sname}.services.{vname}.flavors.{fname}", f, SERVICE_FLAVOR_KEYS,
+                         "a flavor may override only a service's 'image', 'build' and 'memory'; move it to the "
+                         "service so it runs on every flavor")
+                        for fname, f in ((svc or {}).get("flavors") or {}).items()]
+        for where, f, allowed, why in flavors:
+            for key in (f if isinstance(f, dict) else {}):
+                path = f"{where}.{key}"
+                if key not in allowed and path not in FLAVOR_OVERRIDE_ALLOWLIST:
+                    problems.append(f"{path}: {why}")
+    return problems
+
+
 def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     """Load and validate a catalog: ``path``, else ``$ENVCTL_CATALOG``, else the built-in one."""
     p = Path(path or os.environ.get("ENVCTL_CATALOG") or BUILTIN)
@@ -401,19 +561,22 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
         raise CatalogError(str(p), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
     if not isinstance(raw, dict):
         raise CatalogError(str(p), ["top level must be a mapping with 'version' and 'sites'"])
+    overrides = _flavor_override_problems(raw)
+    if overrides:
+        raise CatalogError(str(p), overrides)
     try:
         return Catalog.model_validate(raw)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             loc = _loc(err["loc"])
-            problems.append(f"{loc}: {_describe(err)}" if loc else _describe(err))
+            problems.append(f"{loc}: {_describe(dict(err))}" if loc else _describe(dict(err)))
         raise CatalogError(str(p), problems) from None
 
 
 # -- rendering ----------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\{(public_url|public_host|public_port|scheme|data_dir|sites\.[a-z0-9_]+\.public_url|"
+_TOKEN = re.compile(r"\{(public_url|public_host|public_port|scheme|data_dir|instance|sites\.[a-z0-9_]+\.public_url|"
                     r"service\.[a-z0-9_]+|service_url\.[a-z0-9_]+|service_port\.[a-z0-9_]+|"
                     r"setting\.[a-z0-9_]+)\}")
 
@@ -426,6 +589,7 @@ class Deployment:
     scheme: str = "http"
     port_offset: int = 0
     data_dir: str = ""
+    instance: str = "default"  # {instance}: instance-scoped names (data volumes)
 
     def port(self, base: int) -> int:
         return base + self.port_offset
@@ -461,6 +625,8 @@ class Renderer:
             return d.scheme
         if token == "data_dir":
             return d.data_dir
+        if token == "instance":
+            return d.instance
         kind, _, rest = token.partition(".")
         if kind == "sites":
             return d.url(self.catalog.site(rest.split(".")[0]))

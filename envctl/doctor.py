@@ -26,7 +26,7 @@ def _mem_bytes(text: str | None) -> int:
 
 def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
                bind: str = "127.0.0.1") -> dict[str, Any]:
-    from envctl.lab import port_bindable
+    from envctl.provision.ports import port_bindable
     from envctl.provision import docker as dk
 
     names = [n for n in catalog.resolve(sites) if flavor in catalog.site(n).flavors]

@@ -3,7 +3,9 @@
 - ``shell`` / ``dotenv``: WebArena (or VisualWebArena) names, no trailing slashes;
 - ``json``: both benchmarks' names plus per-site URLs;
 - ``browsergym``: ``WA_*`` and ``VWA_*`` copies, and ``WA_FULL_RESET`` / ``VWA_FULL_RESET`` when a
-  reset server (``envctl serve``) runs for the instance;
+  reset server (``envctl serve``) runs for the instance; when that server requires a token, the URL
+  carries it as its last path segment (``http://host:7565/<token>``: BrowserGym appends ``/reset``
+  and ``/status``), so treat these values as secrets;
 - ``agentlab``: a JSON list, one entry per running instance, with AgentLab's lower-case fields.
 """
 from __future__ import annotations
@@ -13,13 +15,10 @@ import shlex
 from typing import Any
 
 from envctl.lab import Lab
+from envctl.serve import running_server_url
 
 
 def reset_server_url(lab: Lab) -> str | None:
-    try:
-        from envctl.serve import running_server_url
-    except ImportError:
-        return None
     return running_server_url(lab.instance)
 
 
@@ -40,14 +39,19 @@ def browsergym(lab: Lab) -> dict[str, str]:
     return out
 
 
-def agentlab() -> list[dict[str, Any]]:
+def agentlab(catalog: Any = None) -> list[dict[str, Any]]:
+    """One entry per running instance; a key per WebArena site (the catalog's names), its URL as the
+    site's WebArena variable gives it."""
     out = []
-    for inst in Lab.instances():
-        wa = inst["webarena"]
-        out.append({"instance": inst["instance"], "shopping": wa.get("SHOPPING"), "shopping_admin": wa.get("SHOPPING_ADMIN"),
-                    "reddit": wa.get("REDDIT"), "gitlab": wa.get("GITLAB"), "wikipedia": wa.get("WIKIPEDIA"),
-                    "map": wa.get("MAP"), "homepage": wa.get("HOMEPAGE"),
-                    "full_reset": reset_server_url(Lab(instance=inst["instance"]))})
+    for inst in Lab.instances(catalog):
+        lab = Lab(catalog, instance=inst.instance)
+        entry: dict[str, Any] = {"instance": inst.instance}
+        for name, site in lab.catalog.sites.items():
+            names = list(site.env.get("webarena", {}))
+            if names:
+                entry[name] = inst.webarena.get(names[0])
+        entry["full_reset"] = reset_server_url(lab)
+        out.append(entry)
     return out
 
 
@@ -59,7 +63,7 @@ def format_env(lab: Lab, fmt: str, benchmark: str = "webarena") -> str:
     if fmt == "json":
         return json.dumps(env_json(lab), indent=2) + "\n"
     if fmt == "agentlab":
-        return json.dumps(agentlab(), indent=2) + "\n"
+        return json.dumps(agentlab(lab.catalog), indent=2) + "\n"
     out = values(lab, fmt, benchmark)
     if fmt == "dotenv":
         return "".join(f"{k}={v}\n" for k, v in out.items())

@@ -99,3 +99,17 @@ class PlaybookFailed(EnvctlError):
 
 class CloudError(EnvctlError):
     pass
+
+
+class NoSuchInstance(EnvctlError):
+    """The named instance does not exist (no proxy, no network) on this engine."""
+
+    def __init__(self, instance: str) -> None:
+        super().__init__(f"instance '{instance}' does not exist on this Docker engine",
+                         "start it with 'envctl up --instance NAME', or see 'envctl instances'")
+        self.instance = instance
+
+
+class SiteNotUp(UsageError):
+    def __init__(self, site: str, instance: str) -> None:
+        super().__init__(f"site '{site}' is not up in instance '{instance}'", f"run 'envctl up {site}'")

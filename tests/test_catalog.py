@@ -206,3 +206,37 @@ def test_missing_file_and_env_override(tmp_path: Path, monkeypatch):
     own.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("ENVCTL_CATALOG", str(own))
     assert list(load_catalog().sites) == ["homepage"]
+
+
+# --- a flavor overrides only image, build, memory (services) and description, artifacts (sites) -----------
+
+def test_mini_flavor_may_not_override_the_fingerprint(tmp_path: Path):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    raw["sites"]["reddit"]["flavors"]["mini"]["fingerprint"] = [{"name": "tables", "run": ["envctl-fingerprint"]}]
+    f = tmp_path / "sites.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(f)
+    assert "sites.reddit.flavors.mini.fingerprint: a site flavor may override only 'description' and 'artifacts'" \
+        in str(exc.value)
+
+
+def test_service_flavor_may_not_override_command_env_or_volumes(tmp_path: Path):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    raw["sites"]["gitlab"]["services"]["web"]["flavors"]["mini"]["command"] = ["envctl-start"]
+    raw["sites"]["shopping"]["services"]["web"]["flavors"]["mini"]["env"] = {"X": "1"}
+    f = tmp_path / "sites.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(f)
+    msg = str(exc.value)
+    assert "sites.gitlab.services.web.flavors.mini.command: a flavor may override only a service's 'image'" in msg
+    assert "sites.shopping.services.web.flavors.mini.env: a flavor may override only" in msg
+
+
+def test_builtin_catalog_has_one_fingerprint_per_site_for_every_flavor():
+    catalog = load_catalog()
+    for name in ("shopping", "shopping_admin", "reddit", "gitlab", "classifieds"):
+        site = catalog.site(name)
+        assert site.fingerprint and site.fingerprint_queries("mini") == site.fingerprint_queries("full") == \
+            site.fingerprint

@@ -73,36 +73,36 @@ def state(lab: Lab) -> proxy.ProxyState:
 def assert_consistent(lab: Lab, site: str) -> None:
     """One active copy, routed; every listed spare running and pristine; nothing else running."""
     st = state(lab)
-    copies = lab.backend().copies(site)
+    copies = lab.running().backend.copies(site)
     active = st.active[site]
     assert (site, active) in copies and copies[(site, active)].running()
     for slot in st.spares.get(site, []):
         assert (site, slot) in copies and copies[(site, slot)].running()
-    assert lab.verify(site)["ok"]
+    assert lab.verify(site).ok
 
 
 def test_verify_reports_drift_and_spare_swap_restores(lab):
-    assert lab.verify("reddit")["ok"]
+    assert lab.verify("reddit").ok
     assert lab.replenish("reddit", 1) or state(lab).spares.get("reddit")
     before_url = url(lab, "reddit")
     post_on_reddit(lab, f"drift {uuid.uuid4().hex[:6]}")
     v = lab.verify("reddit")
-    assert not v["ok"] and any(line.startswith("tables: expected 'submissions") for line in v["differences"]), v
+    assert not v.ok and any("submissions" in line for line in v.differences), v
     [r] = lab.reset(["reddit"], replenish_async=False)
     assert r.ok and r.tier == "spare" and r.escalations == [], r
     assert set(r.phases) >= {"swap", "verify"}
     assert url(lab, "reddit") == before_url
-    assert lab.verify("reddit")["ok"]
+    assert lab.verify("reddit").ok
     assert_consistent(lab, "reddit")
 
 
 def test_tampered_spare_escalates_to_recreate(lab):
     lab.replenish("reddit", 1)
     spare = state(lab).spares["reddit"][0]
-    name = lab.backend().container_name("reddit", "web", spare)
+    name = lab.running().backend.container_name("reddit", "web", spare)
     # an agent that reached the spare: write to it through the proxy, addressing that copy
     post_on_reddit(lab, "tampered spare", headers={proxy.BACKEND_HEADER: f"{name}:80"})
-    assert lab.verify("reddit")["ok"]  # the active copy is untouched
+    assert lab.verify("reddit").ok  # the active copy is untouched
     [r] = lab.reset(["reddit"], replenish_async=False)
     assert r.ok and r.tier == "recreate", r
     assert r.escalations and r.escalations[0].startswith("spare: fingerprint differs"), r.escalations
@@ -114,24 +114,24 @@ def test_endpoint_tier_for_classifieds(lab):
                                        "UPDATE oc_t_item_description SET s_title='tampered' WHERE fk_i_item_id=84144"],
                        service="db")
     assert rc == 0, out
-    assert not lab.verify("classifieds")["ok"]
+    assert not lab.verify("classifieds").ok
     [r] = lab.reset(["classifieds"])
     assert r.ok and r.tier == "endpoint" and "endpoint" in r.phases, r
-    assert lab.verify("classifieds")["ok"]
+    assert lab.verify("classifieds").ok
 
 
 def test_recreate_tier_and_golden_image(lab):
     open_gitlab_issue(lab, "an agent was here")
-    assert not lab.verify("gitlab")["ok"]
+    assert not lab.verify("gitlab").ok
     [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
     assert r.ok and r.tier == "recreate", r
-    assert lab.verify("gitlab")["ok"]
+    assert lab.verify("gitlab").ok
     from envctl.state.snapshots import golden_images
 
-    images, key = golden_images(lab, "gitlab", lab.backend())
+    images, key = golden_images(lab.running(), "gitlab")
     assert images and key  # the first recreate made the golden image
     [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
-    assert r.ok and lab.verify("gitlab")["ok"]
+    assert r.ok and lab.verify("gitlab").ok
     labels = dk.inspect(lab.container("gitlab")).config.labels
     assert labels["envctl.golden"] == key  # the next copy booted from it, already configured
     assert "configure" not in r.phases or r.phases.get("configure", 0) == 0
@@ -150,7 +150,7 @@ def test_twenty_write_then_reset_cycles_all_verify(lab):
         [r] = lab.reset(["reddit"])  # spares are replenished in the background, as in real use
         assert r.ok, r
         tiers.append(r.tier)
-        assert lab.verify("reddit")["ok"]
+        assert lab.verify("reddit").ok
     assert tiers.count("spare") >= 1, tiers
     # let the background replenisher finish, then the instance is consistent
     deadline = time.monotonic() + 180
@@ -171,27 +171,27 @@ def test_sigkill_during_swap_and_spare_boot_then_reset_recovers(lab):
     p.send_signal(signal.SIGKILL)
     p.wait()
     # 2. kill a replenisher while it boots a spare
-    with lab.proxy_state() as st:
+    with lab.running().routing() as st:
         st.wanted["reddit"] = 2
     q = _envctl("_replenish", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
     deadline = time.monotonic() + 60
-    n0 = len(lab.backend().copies("reddit"))
-    while time.monotonic() < deadline and len(lab.backend().copies("reddit")) <= n0:
+    n0 = len(lab.running().backend.copies("reddit"))
+    while time.monotonic() < deadline and len(lab.running().backend.copies("reddit")) <= n0:
         time.sleep(0.2)
     q.send_signal(signal.SIGKILL)
     q.wait()
     st = state(lab)
-    booted_by_killed = [slot for (_, slot) in lab.backend().copies("reddit")
+    booted_by_killed = [slot for (_, slot) in lab.running().backend.copies("reddit")
                         if slot != st.active["reddit"] and slot not in st.spares.get("reddit", [])]
     # never marked ready unless verified, never two actives
     assert all(slot not in st.spares.get("reddit", []) for slot in booted_by_killed)
     [r] = lab.reset(["reddit"], replenish_async=False)
     assert r.ok, r
-    with lab.proxy_state() as st:
+    with lab.running().routing() as st:
         st.wanted["reddit"] = 1
     lab.replenish("reddit")
     st = state(lab)
-    left = set(slot for (_, slot) in lab.backend().copies("reddit"))
+    left = set(slot for (_, slot) in lab.running().backend.copies("reddit"))
     assert left == {st.active["reddit"], *st.spares.get("reddit", [])}
     assert_consistent(lab, "reddit")
 
@@ -255,16 +255,40 @@ def test_reset_server_speaks_browsergym_protocol(lab):
 
 def test_named_snapshot_create_and_restore(lab):
     post_on_reddit(lab, "kept in a snapshot")
-    drifted = lab.verify("reddit")["actual"]
+    drifted = lab.verify("reddit").actual
     snap = lab.snapshot_create("reddit", "mid-episode")
-    assert snap["fingerprint"] == drifted
+    assert snap.fingerprint == drifted
     [r] = lab.reset(["reddit"], replenish_async=False)
-    assert r.ok and lab.verify("reddit")["ok"]
+    assert r.ok and lab.verify("reddit").ok
     lab.snapshot_restore("reddit", "mid-episode")
-    assert lab.verify("reddit")["actual"] == drifted
-    from envctl.state.snapshots import list_snapshots, remove_snapshot
+    assert lab.verify("reddit").actual == drifted
 
-    assert any(s.name == "mid-episode" for s in list_snapshots(lab, "reddit"))
-    remove_snapshot(lab, "mid-episode", "reddit")
+    assert any(s.name == "mid-episode" for s in lab.snapshots("reddit"))
+    lab.snapshot_remove("mid-episode", "reddit")
     [r] = lab.reset(["reddit"], replenish_async=False)
-    assert r.ok and lab.verify("reddit")["ok"]
+    assert r.ok and lab.verify("reddit").ok
+
+
+def test_volume_contents_are_captured_by_golden_and_snapshots(lab):
+    """GitLab declares VOLUMEs (as gitlab/gitlab-ce does), which 'docker commit' leaves out: a write inside
+    one is undone by a reset, and a snapshot taken with it brings it back."""
+    from envctl.provision.docker import image_volumes
+
+    assert "/var/opt/gitlab" in image_volumes("envctl-mini/gitlab:1")
+    marker = "/var/opt/gitlab/envctl-test-marker"
+    assert lab.exec("gitlab", ["sh", "-c", f"echo kept > {marker}"])[0] == 0
+    lab.snapshot_create("gitlab", "with-marker")
+    try:
+        [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+        assert r.ok, r
+        assert lab.exec("gitlab", ["test", "-e", marker])[0] != 0, "a reset kept a write inside a volume"
+        lab.snapshot_restore("gitlab", "with-marker")
+        assert lab.exec("gitlab", ["cat", marker]) == (0, "kept")
+        # The clean stop ('gitlab-ctl stop' before the commit) left no stale postmaster.pid behind.
+        pidfile = "/var/opt/gitlab/postgresql/data/postmaster.pid"
+        assert "lock file" not in lab.logs("gitlab", tail=50)
+        assert lab.exec("gitlab", ["test", "-e", pidfile])[0] == 0  # the live server's own
+    finally:
+        lab.snapshot_remove("with-marker", "gitlab")
+    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    assert r.ok and lab.verify("gitlab").ok

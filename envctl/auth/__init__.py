@@ -26,7 +26,7 @@ __all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "p
 def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path | None = None,
                 max_age: float | None = None, parallel: int | None = None, timeout: float = 30.0,
                 extra_headers: dict[str, str] | None = None) -> dict[str, Path]:
-    """Log ``sites`` of ``lab`` in and return ``{file name: path}`` of every file written or kept.
+    """Log ``sites`` of ``lab`` (or of a :class:`Target`) in and return ``{file name: path}`` of every file written or kept.
 
     Files touching the sites are made: each site alone and each upstream pair with another site
     that is up. Raises :class:`LoginFailed` naming every file that could not be made (the others
@@ -34,7 +34,8 @@ def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path
     kwargs: dict[str, Any] = {"max_age": max_age, "timeout": timeout}
     if parallel:
         kwargs["parallel"] = parallel
-    report = login(Target.of_lab(lab, out, extra_headers), sites, **kwargs)
+    target = lab if isinstance(lab, Target) else Target.of_lab(lab, out, extra_headers)
+    report = login(target, sites, **kwargs)
     bad = report.failures()
     if bad:
         raise LoginFailed("login failed for " + "; ".join(f.error or f.name for f in bad),

@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Coroutine, Iterable, TypeVar
 
-from envctl.auth import files, flows, headers
+import envctl.auth.files as files
+import envctl.auth.flows as flows
+import envctl.auth.headers as headers
 from envctl.auth.browser import launch
 from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.errors import AuthError, SiteDown, StateRejected

@@ -9,11 +9,12 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
-from envctl.catalog import Catalog
+from envctl.catalog import Site
 from envctl.errors import DockerError
-from envctl.provision import docker as dk
-from envctl.provision.local import Copy, mask
+
+Exec = Callable[[str, list[str]], tuple[int, str]]  # (service, argv) -> (exit code, output)
 
 
 @dataclass
@@ -35,17 +36,13 @@ class Fingerprint:
         return cls(raw["digest"], raw.get("parts", {}))
 
 
-def take(catalog: Catalog, flavor: str, copy: Copy) -> Fingerprint:
-    """Run the site's fingerprint queries in ``copy``; an empty query set hashes to a constant."""
-    site = catalog.site(copy.site)
+def take(site: Site, flavor: str, run: Exec, mask: Callable[[str], str] = str) -> Fingerprint:
+    """Run the site's fingerprint queries through ``run``; an empty query set hashes to a constant."""
     parts: dict[str, str] = {}
     for q in site.fingerprint_queries(flavor):
-        c = copy.containers.get(q.service or site.entry)
-        if c is None:
-            raise DockerError(f"{copy.site}: fingerprint query '{q.name}' names a service this copy does not have")
-        rc, out = dk.exec_argv(c, list(q.run))
+        rc, out = run(q.service or site.entry, list(q.run))
         if rc != 0:
-            raise DockerError(f"{copy.site}: fingerprint query '{q.name}' failed (exit {rc}): {mask(site, out)[-200:]}")
+            raise DockerError(f"{site.title}: fingerprint query '{q.name}' failed (exit {rc}): {mask(out)[-200:]}")
         parts[q.name] = "\n".join(line.rstrip() for line in out.strip().splitlines())
     h = hashlib.sha256()
     for name in sorted(parts):
@@ -67,3 +64,12 @@ def diff(expected: Fingerprint, actual: Fingerprint) -> list[str]:
             if la != lb:
                 out.append(f"{name}: expected {la!r}, found {lb!r}")
     return out
+
+
+def mismatch(expected: Fingerprint | None, actual: Fingerprint) -> str:
+    """'' when ``actual`` is the pristine state ``expected``, else why not (the one such check)."""
+    if expected is None:
+        return "no pristine fingerprint recorded (bring the site up fresh or reset it)"
+    if expected.digest == actual.digest:
+        return ""
+    return "fingerprint differs: " + "; ".join(diff(expected, actual)[:3])

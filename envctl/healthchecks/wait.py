@@ -45,3 +45,23 @@ def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: floa
         else:
             time.sleep(pause)
         delay = min(cap, delay * 1.6)
+
+
+class TargetDied(Exception):
+    """What was awaited is gone (a container stopped); waiting longer cannot help."""
+
+
+def wait_ready(check: Callable[[], tuple[bool, T]], *, timeout: float, died: Callable[[], str] | None = None,
+               cancel: threading.Event | None = None) -> tuple[bool, T]:
+    """Wait until ``check`` passes, failing fast when ``died()`` names a reason the target is gone.
+
+    The one wait-until-healthy-or-died strategy: copies booting, sites coming up, spares.
+    """
+
+    def guarded() -> tuple[bool, T]:
+        why = died() if died is not None else ""
+        if why:
+            raise TargetDied(why)
+        return check()
+
+    return wait_for(guarded, timeout=timeout, cancel=cancel)

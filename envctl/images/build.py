@@ -1,7 +1,9 @@
 """Build the images envctl makes itself: the mini flavor, the homepage and the front proxy.
 
-Each image is a directory with a ``Dockerfile`` under ``envctl/images/mini/`` (context: that
-folder, so every Dockerfile can COPY the shared ``miniweb`` package) or ``envctl/images/<name>/``.
+Each mini image is a site folder under ``envctl/images/mini/`` holding its ``Dockerfile``, its app
+code (``app/``, copied into the image as the ``sites`` package) and its data (``files/``); the build
+context is ``envctl/images/mini/`` itself, so every Dockerfile can COPY the shared ``miniweb``
+package and its own folder. The front proxy lives in ``envctl/images/proxy/``.
 Tags are ``envctl-mini/<dir>:<MINI_VERSION>``. The classic builder is used because Debian's
 docker.io ships no buildx plugin; BuildKit is not needed for these small images. Docker's layer cache makes an unchanged rebuild quick.
 """
@@ -12,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from python_on_whales import DockerException, docker
-
 from envctl.errors import BuildFailed, ImageMissing
+from envctl.provision import docker as dk
 
 HERE = Path(__file__).resolve().parent
 MINI_DIR = HERE / "mini"
 MINI_VERSION = "1"
 BASE_IMAGE = "debian:bookworm-slim"
+PROXY_IMAGE = "envctl/proxy:1"
+PROXY_DIR = HERE / "proxy"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ def mini_builds() -> list[ImageBuild]:
     ]
 
 
+def proxy_build() -> ImageBuild:
+    """The instances' front proxy (nginx from Debian's packages)."""
+    return ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR)
+
+
 def mini_tag(name: str) -> str:
     return f"envctl-mini/{name}:{MINI_VERSION}"
 
@@ -46,26 +54,20 @@ def mini_tag(name: str) -> str:
 def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) -> float:
     """Build one image; returns seconds taken. Raises BuildFailed naming the image and the failing step."""
     if spec.name == "base" or "FROM debian:bookworm-slim" in spec.dockerfile.read_text():
-        if not docker.image.exists(BASE_IMAGE):
+        if not dk.image_exists(BASE_IMAGE):
             raise ImageMissing(
                 f"base image {BASE_IMAGE} is missing (needed to build {spec.tag})",
                 "run 'sudo scripts/docker-engine.sh', which pulls it or builds it with debootstrap",
             )
     start = time.monotonic()
-    try:
-        docker.legacy_build(
-            spec.context,
-            file=spec.dockerfile,
-            tags=[spec.tag],
-            labels={"org.envctl.built-by": "envctl", "org.envctl.image": spec.name},
-        )
-    except DockerException as exc:
-        out = (exc.stderr or exc.stdout or "").strip().splitlines()
+    out = dk.build_image(spec.context, spec.tag, file=spec.dockerfile,
+                         labels={"org.envctl.built-by": "envctl", "org.envctl.image": spec.name})
+    if out is not None:
         step = next((line for line in reversed(out) if "RUN" in line or "ERROR" in line), out[-1] if out else "")
         raise BuildFailed(
             f"building {spec.tag} failed at: {step.strip()[:300]}",
             f"re-run 'docker build -f {spec.dockerfile} {spec.context}' to see the whole log",
-        ) from exc
+        )
     took = time.monotonic() - start
     if progress:
         progress(f"built {spec.tag} in {took:.1f}s")
@@ -85,8 +87,6 @@ def build_mini(names: Iterable[str] | None = None, *, progress: Callable[[str], 
 def build_for_sites(catalog: "object", sites: list[str], flavor: str, *,
                     progress: Callable[[str], None] | None = None) -> dict[str, float]:
     """Build every image the named sites need in ``flavor`` that envctl builds itself, plus the proxy."""
-    from envctl.provision.proxy import PROXY_DIR, PROXY_IMAGE
-
     dirs: list[str] = []
     for name in sites:
         site = catalog.site(name)  # type: ignore[attr-defined]
@@ -104,5 +104,5 @@ def build_for_sites(catalog: "object", sites: list[str], flavor: str, *,
         times[specs["base"].tag] = build(specs["base"], progress=progress)
     for d in dirs:
         times[specs[d].tag] = build(specs[d], progress=progress)
-    times[PROXY_IMAGE] = build(ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR), progress=progress)
+    times[PROXY_IMAGE] = build(proxy_build(), progress=progress)
     return times

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterator, TypeVar
 from python_on_whales import Container, DockerException, docker
 from python_on_whales.exceptions import NoSuchContainer
 
+__all__ = ["Container", "NoSuchContainer"]  # re-exported: callers never import python-on-whales
+
 from envctl.errors import DockerError, EngineUnavailable
 
 LABEL = "envctl"  # namespace: envctl.instance, envctl.site, envctl.service, envctl.slot, envctl.role ...
@@ -89,6 +91,7 @@ class RunSpec:
     user: str | None = None
     stop_timeout: int | None = None
     network_aliases: list[str] = field(default_factory=list)
+    restart: str = "no"
 
 
 @_wrap
@@ -109,6 +112,7 @@ def run(spec: RunSpec) -> Container:
         tmpfs=spec.tmpfs,
         user=spec.user,
         stop_timeout=spec.stop_timeout,
+        restart=spec.restart,
         pull="never",
     )
 
@@ -116,7 +120,7 @@ def run(spec: RunSpec) -> Container:
 @_wrap
 def containers(**labels: str) -> list[Container]:
     """All containers (running or not) carrying every given envctl label (``site="shopping"``)."""
-    filters = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.instance")]
+    filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.instance")]
     for attempt in range(5):
         try:
             return docker.container.list(all=True, filters=filters)
@@ -154,7 +158,7 @@ def exec_argv(name: str | Container, argv: list[str], *, user: str | None = None
     """Run argv inside a container; returns (exit code, combined output). Never raises for rc != 0."""
     try:
         out = docker.container.execute(name, argv, user=user)
-        return 0, out or ""
+        return 0, str(out or "")
     except DockerException as exc:
         if exc.return_code in (125, 126, 127) and "No such container" in (exc.stderr or ""):
             raise DockerError(f"container {name} does not exist") from None
@@ -181,13 +185,14 @@ def inspect(name: str | Container) -> Container | None:
 @_wrap
 def logs(name: str | Container, tail: int = 30) -> str:
     try:
-        return docker.container.logs(name, tail=tail)
+        return str(docker.container.logs(name, tail=tail))
     except NoSuchContainer:
         return ""
 
 
 def stream_logs(name: str, follow: bool = True) -> Iterator[str]:
-    for _source, chunk in docker.container.logs(name, follow=follow, stream=True):
+    stream: Any = docker.container.logs(name, follow=follow, stream=True)
+    for _source, chunk in stream:
         yield chunk.decode(errors="replace")
 
 
@@ -214,22 +219,65 @@ def ensure_network(name: str, labels: dict[str, str]) -> None:
 
 @_wrap
 def networks(**labels: str) -> list[Any]:
-    filters = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()]
+    filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()]
     return docker.network.list(filters=filters)
 
 
 @_wrap
-def remove_network(name: str) -> None:
-    if _network_exists(name):
+def remove_network(name: str) -> bool:
+    """Remove a network; False when the engine keeps it for a stale endpoint (a container removed while
+    it was being attached, an engine bug), which a later 'up' of the same instance simply reuses."""
+    if not _network_exists(name):
+        return True
+    try:
         docker.network.remove(name)
+        return True
+    except DockerException as exc:
+        if "active endpoints" not in (exc.stderr or ""):
+            raise
+    for c in docker.network.inspect(name).containers or {}:
+        try:
+            docker.network.disconnect(name, c, force=True)
+        except DockerException:
+            pass
+    try:
+        docker.network.remove(name)
+        return True
+    except DockerException:
+        return False
 
 
-def commit(container: str | Container, tag: str, labels: dict[str, str]) -> str:
-    """Commit a container to an image with labels (python-on-whales' commit has no --change)."""
+def commit(container: str | Container, tag: str, labels: dict[str, str], *, with_volumes: bool = True) -> str:
+    """Commit a container to an image with labels, the contents of its declared volumes included.
+
+    ``docker commit`` leaves out every path the image declares as ``VOLUME`` (mysql:8.1's
+    /var/lib/mysql, GitLab's /var/opt/gitlab): those are copied out of the container and added
+    as a layer on top, so a container made from the image starts with the same data (Docker seeds
+    a new volume from the image's files at that path).
+    """
+    name = container if isinstance(container, str) else container.name
+    committed = _commit(name, tag, labels)
+    declared = image_volumes(tag) if with_volumes else []
+    if not declared:
+        return committed
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="envctl-commit-") as tmp:
+        lines = [f"FROM {committed}"]
+        for i, path in enumerate(declared):
+            path = path.rstrip("/") or "/"
+            archive_out(name, path, Path(tmp) / f"volume{i}.tar")
+            parent = str(Path(path).parent)
+            lines.append(f"ADD volume{i}.tar {parent.rstrip('/')}/")
+        (Path(tmp) / "Dockerfile").write_text("\n".join(lines) + "\n")
+        build_context(Path(tmp), tag)
+    return image_id(tag)
+
+
+def _commit(name: str, tag: str, labels: dict[str, str]) -> str:
     import json
     import subprocess
 
-    name = container if isinstance(container, str) else container.name
     argv = ["docker", "commit", "--pause=false"]
     for k, v in labels.items():
         argv += ["--change", f"LABEL {k}={json.dumps(v)}"]
@@ -241,13 +289,80 @@ def commit(container: str | Container, tag: str, labels: dict[str, str]) -> str:
 
 @_wrap
 def images(**labels: str) -> list[Any]:
-    filters = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.golden")]
+    filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.golden")]
     return docker.image.list(filters=filters)
+
+
+@_wrap
+def images_labelled(label_key: str) -> list[Any]:
+    """Images carrying label ``label_key`` (any value)."""
+    return docker.image.list(filters=[("label", label_key)])
 
 
 @_wrap
 def remove_image(ref: str) -> None:
     docker.image.remove(ref, force=True)
+
+
+@_wrap
+def image_volumes(ref: str) -> list[str]:
+    """The paths an image declares as ``VOLUME`` (``docker commit`` does not capture their contents)."""
+    img = docker.image.inspect(ref)
+    return sorted((img.config.volumes or {}).keys())
+
+
+@_wrap
+def image_labels(ref: str) -> dict[str, str]:
+    return dict(docker.image.inspect(ref).config.labels or {})
+
+
+@_wrap
+def volumes(**labels: str) -> list[str]:
+    """Names of the volumes carrying every given envctl label."""
+    filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.instance")]
+    return [v.name for v in docker.volume.list(filters=filters)]
+
+
+@_wrap
+def remove_volumes(names: list[str]) -> None:
+    for n in names:
+        try:
+            docker.volume.remove(n)
+        except DockerException:
+            pass  # in use or already gone: a later 'down --volumes' gets it
+
+
+@_wrap
+def publishers(port: int) -> list[str]:
+    """Names of running containers that publish host port ``port``."""
+    return [c.name for c in docker.container.list(filters=[("publish", str(port))])]
+
+
+def archive_out(name: str | Container, path: str, dest: Path) -> None:
+    """Write a tar of ``path`` in a (stopped or running) container, volumes included, to ``dest``."""
+    import subprocess
+
+    cname = name if isinstance(name, str) else name.name
+    with open(dest, "wb") as out:
+        proc = subprocess.run(["docker", "cp", f"{cname}:{path}", "-"], stdout=out, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        raise DockerError(f"'docker cp {cname}:{path} -' failed: {proc.stderr.decode(errors='replace').strip()[-300:]}")
+
+
+@_wrap
+def build_context(context: Path, tag: str, labels: dict[str, str] | None = None, file: Path | None = None) -> None:
+    """Build an image with the classic builder (Debian's docker.io ships no buildx)."""
+    docker.legacy_build(context, file=file, tags=[tag], labels=labels or {})
+
+
+def build_image(context: Path, tag: str, *, file: Path | None = None,
+                labels: dict[str, str] | None = None) -> list[str] | None:
+    """Build with the classic builder; None on success, else the failed build's output lines."""
+    try:
+        docker.legacy_build(context, file=file, tags=[tag], labels=labels or {})
+        return None
+    except DockerException as exc:
+        return (exc.stderr or exc.stdout or "").strip().splitlines()
 
 
 def wait_running(name: str, timeout: float = 30) -> Container:
@@ -261,3 +376,123 @@ def wait_running(name: str, timeout: float = 30) -> Container:
         if time.monotonic() > deadline:
             raise DockerError(f"container {name} did not start within {timeout:.0f}s")
         time.sleep(0.1)
+
+
+# -- images layer --
+# Calls made by envctl.images (load, get, registry, disk, extract). Streaming ones (docker load /
+# save, helper containers fed on stdin) use the docker CLI through subprocess: python-on-whales
+# has no stdin streaming.
+
+import subprocess  # noqa: E402 (this section is appended; the module above imports it locally)
+
+HELPER_IMAGE = "debian:bookworm-slim"  # for work inside volumes: present wherever envctl builds images
+
+
+def _cli(argv: list[str], *, what: str | None = None, check: bool = True,
+         input: bytes | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(["docker", *argv], capture_output=True, timeout=timeout, input=input)
+    except FileNotFoundError:
+        raise EngineUnavailable("the docker client is not installed") from None
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
+                                      proc.stderr.decode(errors="replace"))
+    if check and out.returncode != 0:
+        err = out.stderr.strip()
+        if "Cannot connect to the Docker daemon" in err:
+            raise EngineUnavailable(err.splitlines()[-1])
+        raise DockerError(f"'docker {what or ' '.join(argv[:4])}' failed (exit {out.returncode}): {err[-300:]}")
+    return out
+
+
+def image_id_or_none(ref: str) -> str | None:
+    """The image id ``ref`` resolves to, or None when there is no such image."""
+    out = _cli(["image", "inspect", "--format", "{{.Id}}", ref], check=False)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def image_repo_tags(ref: str) -> tuple[str, ...]:
+    out = _cli(["image", "inspect", "--format", "{{join .RepoTags \"\\n\"}}", ref], check=False)
+    return tuple(t for t in out.stdout.split() if t) if out.returncode == 0 else ()
+
+
+def image_repo_digests(ref: str) -> tuple[str, ...]:
+    """``repo@sha256:...`` entries of an image (empty for images never pulled or pushed)."""
+    out = _cli(["image", "inspect", "--format", "{{join .RepoDigests \"\\n\"}}", ref], check=False)
+    return tuple(t for t in out.stdout.split() if t) if out.returncode == 0 else ()
+
+
+def tag_image(ref: str, tag: str) -> None:
+    """``docker tag ref tag``; DockerError naming both when it fails."""
+    _cli(["tag", ref, tag], what=f"tag {ref} {tag}")
+
+
+def remove_images_quietly(refs: list[str]) -> list[str]:
+    """Remove each image (not forced); returns those removed. Failures are ignored."""
+    return [r for r in refs if _cli(["image", "rm", r], check=False).returncode == 0]
+
+
+def dangling_image_ids(*, label: str | None = None) -> list[str]:
+    argv = ["images", "--filter", "dangling=true", "--no-trunc", "--format", "{{.ID}}"]
+    if label:
+        argv[3:3] = ["--filter", f"label={label}"]
+    return _cli(argv, check=False).stdout.split()
+
+
+def docker_root_dir() -> str | None:
+    """The engine's data root (``DockerRootDir``), or None when the engine cannot be asked."""
+    try:
+        out = _cli(["info", "--format", "{{.DockerRootDir}}"], check=False)
+    except EngineUnavailable:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def load_process() -> subprocess.Popen[bytes]:
+    """A ``docker load`` process reading an archive on stdin (the caller streams, checks and waits)."""
+    return subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def save_process(ref: str) -> subprocess.Popen[bytes]:
+    """A ``docker save ref`` process writing the archive to stdout."""
+    return subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def pull_lines(ref: str) -> Iterator[str]:
+    """``docker pull ref``, yielding its progress lines; DockerError with the engine's last line on failure."""
+    try:
+        for _, line in docker.image.pull(ref, stream_logs=True):  # type: ignore[misc,union-attr]
+            yield line.decode(errors="replace").rstrip()
+    except DockerException as exc:
+        err = (exc.stderr or str(exc)).strip().splitlines()
+        raise DockerError(f"docker pull {ref} failed: {err[-1] if err else 'unknown error'}") from None
+
+
+def volume_exists(name: str) -> bool:
+    return _cli(["volume", "inspect", name], check=False).returncode == 0
+
+
+def volume_create(name: str, labels: dict[str, str]) -> None:
+    argv = ["volume", "create"]
+    for k, v in labels.items():
+        argv += ["--label", f"{k}={v}"]
+    _cli([*argv, name], what=f"volume create {name}")
+
+
+def helper_run(volumes: dict[str, str], argv: list[str], *, timeout: float = 120) -> tuple[int, str]:
+    """Run ``argv`` in a throwaway helper container with named volumes mounted ({volume: path}).
+
+    Returns (exit code, stdout); DockerError when the container cannot be started.
+    """
+    mounts = [a for v, p in volumes.items() for a in ("-v", f"{v}:{p}")]
+    out = _cli(["run", "--rm", "--network", "none", *mounts, HELPER_IMAGE, *argv], check=False, timeout=timeout)
+    if out.returncode == 125:
+        raise DockerError(f"could not start a helper container from {HELPER_IMAGE}: {out.stderr.strip()[-300:]}",
+                          f"make sure {HELPER_IMAGE} is present ('envctl images build' or scripts/docker-engine.sh)")
+    return out.returncode, out.stdout
+
+
+def helper_stdin_process(volumes: dict[str, str], argv: list[str]) -> subprocess.Popen[bytes]:
+    """A helper container with named volumes mounted, reading stdin (e.g. a tar stream to unpack)."""
+    mounts = [a for v, p in volumes.items() for a in ("-v", f"{v}:{p}")]
+    return subprocess.Popen(["docker", "run", "-i", "--rm", "--network", "none", *mounts, HELPER_IMAGE, *argv],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -13,13 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from python_on_whales import Container
-from python_on_whales.exceptions import NoSuchContainer
-
 from envctl.catalog import Catalog, Deployment, Renderer, Site
 from envctl.errors import DockerError, NotReady
-from envctl.healthchecks.wait import wait_for
+from envctl.healthchecks.wait import TargetDied, wait_ready
 from envctl.provision import docker as dk
+from envctl.provision.docker import Container, NoSuchContainer
+from envctl.secrets import mask_text
 
 Progress = Callable[[str, str, str], None]  # (site, phase, detail)
 
@@ -40,7 +39,7 @@ class InstanceSettings:
 
     @property
     def deployment(self) -> Deployment:
-        return Deployment(self.public_host, self.scheme, self.port_offset, self.data_dir)
+        return Deployment(self.public_host, self.scheme, self.port_offset, self.data_dir, self.name)
 
     def labels(self) -> dict[str, str]:
         return {"envctl.instance": self.name, "envctl.flavor": self.flavor, "envctl.public_host": self.public_host,
@@ -80,12 +79,7 @@ class Copy:
 
 def mask(site: Site, text: str) -> str:
     """Hide the site's passwords and secret settings in text meant for humans or logs."""
-    for a in site.accounts:
-        text = text.replace(a.password, "***")
-    for key in site.secrets:
-        text = text.replace(site.settings.get(key, "\0"), "***")
-    # mysql-style inline passwords: -pSECRET, --password=SECRET
-    return re.sub(r"(?<![\w-])(-p|--password=)([^\s\"',]{2,})", r"\1***", text)
+    return mask_text(site, text)
 
 
 class LocalBackend:
@@ -177,7 +171,7 @@ class LocalBackend:
                 dk.run(dk.RunSpec(
                     name=name, image=(images or {}).get(svc_name, sf.image), labels=labels, network=self.network,
                     command=command, env=env, volumes=volumes, links=links, memory=sf.memory or svc.memory,
-                    tmpfs=list(svc.tmpfs), user=svc.user, stop_timeout=svc.stop_timeout,
+                    tmpfs=list(svc.tmpfs), user=svc.user, stop_timeout=svc.stop_timeout, restart=svc.restart,
                 ))
                 copy.containers[svc_name] = dk.wait_running(name)
             timings["create"] = time.monotonic() - t0
@@ -188,15 +182,15 @@ class LocalBackend:
                     continue
                 progress(site, "boot", f"waiting for {svc_name} to accept commands")
                 name = r.containers[svc_name]
-
-                def check(name: str = name, ready: tuple[str, ...] = ready) -> tuple[bool, str]:
-                    c = dk.inspect(name)
-                    if c is None or not c.state.running:
-                        raise DockerError(f"{site}: container {name} stopped while booting: {mask(s, dk.logs(name, 10))}")
+                def accepts(name: str = name, ready: tuple[str, ...] = ready) -> tuple[bool, str]:
                     rc, out = dk.exec_argv(name, list(ready))
                     return rc == 0, out
 
-                ok, out = wait_for(check, timeout=s.health.timeout, cancel=cancel)
+                try:
+                    ok, out = wait_ready(accepts, timeout=s.health.timeout, died=lambda: self.died(copy),
+                                         cancel=cancel)
+                except TargetDied as exc:
+                    raise DockerError(f"{site}: {exc}", f"see 'envctl logs {site}'") from None
                 if not ok:
                     raise NotReady(f"{site}: {svc_name} not ready after {s.health.timeout:.0f}s ({mask(s, out[-200:])})",
                                    f"see 'envctl logs {site}'")
@@ -224,3 +218,42 @@ class LocalBackend:
 
     def remove_copy(self, copy: Copy) -> None:
         dk.remove(copy.names, volumes=True)
+
+    def stop_copy(self, copy: Copy) -> None:
+        """Stop every container of ``copy`` cleanly: dependents first, databases last; each service's
+        own stop command (e.g. 'gitlab-ctl stop') before Docker's signal."""
+        site = self.catalog.site(copy.site)
+        order = [s for s in site.service_order() if s in copy.containers]
+        for svc in reversed(order):
+            spec = site.services[svc]
+            if spec.stop:
+                rc, out = dk.exec_argv(copy.containers[svc], list(spec.stop))
+                if rc != 0:
+                    raise DockerError(f"{copy.site}: '{' '.join(spec.stop)}' in {svc} failed (exit {rc}): "
+                                      f"{mask(site, out)[-200:]}", f"see 'envctl logs {copy.site}'")
+            dk.stop(copy.containers[svc], timeout=spec.stop_timeout)
+
+    def start_copy(self, copy: Copy) -> None:
+        site = self.catalog.site(copy.site)
+        for svc in [s for s in site.service_order() if s in copy.containers]:
+            dk.start(copy.containers[svc])
+            dk.wait_running(copy.containers[svc].name)
+
+    def died(self, copy: Copy) -> str:
+        """Why ``copy`` cannot become healthy any more (a container gone or stopped, with its last log
+        lines), or '' while every container runs."""
+        site = self.catalog.site(copy.site)
+        for svc, c in copy.containers.items():
+            live = dk.inspect(c.name)
+            if live is None or not live.state.running:
+                return (f"container {c.name} ({svc}) stopped\n--- last log lines ---\n"
+                        f"{mask(site, dk.logs(c.name, 15))}")
+        return ""
+
+    def exec(self, copy: Copy, service: str, argv: list[str]) -> tuple[int, str]:
+        """Run argv in one service's container of ``copy``; (exit code, output)."""
+        c = copy.containers.get(service)
+        if c is None:
+            raise DockerError(f"{copy.site}: copy {copy.slot} has no service '{service}'")
+        return dk.exec_argv(c, argv)
+

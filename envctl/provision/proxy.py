@@ -12,16 +12,11 @@ import io
 import json
 import tarfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-from python_on_whales import docker
+from typing import Any
 
 from envctl.errors import DockerError
-from envctl.images.build import ImageBuild, build
+from envctl.images.build import PROXY_IMAGE, build, proxy_build
 from envctl.provision import docker as dk
-
-PROXY_IMAGE = "envctl/proxy:1"
-PROXY_DIR = Path(__file__).resolve().parents[1] / "images" / "proxy"
 
 
 @dataclass
@@ -45,18 +40,21 @@ class ProxyState:
     pristine: dict[str, str] = field(default_factory=dict)  # site -> fingerprint JSON of its pristine state
     wanted: dict[str, int] = field(default_factory=dict)  # site -> spares to keep ready
     ports: list[int] = field(default_factory=list)  # what the proxy container publishes
+    # The instance's lease when it belongs to a pool (envctl.leases): pool, state, id, holder, sites, expires.
+    lease: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
         raw = json.loads(text or "{}")
         routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
         return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
-                   pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [])
+                   pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [],
+                   lease=raw.get("lease") or {})
 
     def to_json(self) -> str:
         return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()}, "active": self.active,
                            "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
-                           "ports": self.ports},
+                           "ports": self.ports, **({"lease": self.lease} if self.lease else {})},
                           indent=1, sort_keys=True)
 
 
@@ -66,7 +64,7 @@ def proxy_name(instance: str) -> str:
 
 def ensure_image() -> None:
     if not dk.image_exists(PROXY_IMAGE):
-        build(ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR))
+        build(proxy_build())
 
 
 def render(state: ProxyState, ports: list[int]) -> str:
@@ -144,11 +142,15 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
         publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
         memory="256m",
     )
-    dk.run(spec)
-    dk.wait_running(name)
-    state = state or ProxyState()
-    state.ports = sorted(ports)
-    apply(instance, state, sorted(ports))
+    try:
+        dk.run(spec)
+        dk.wait_running(name)
+        state = state or ProxyState()
+        state.ports = sorted(ports)
+        apply(instance, state, sorted(ports))
+    except BaseException:
+        dk.remove([name])  # a proxy that could not publish its ports is worth nothing: leave none behind
+        raise
 
 
 def remove(instance: str) -> None:
@@ -156,4 +158,4 @@ def remove(instance: str) -> None:
 
 
 __all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
-           "remove", "published_ports", "docker"]
+           "remove", "published_ports"]

@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from envctl.smoke.tasks import Task
 
 NEEDS_JUDGE = "needs judge"
-SHOPPING_ADMIN_ACCOUNT = ("admin", "admin1234")  # browser_env/env_config.py, used by the REST helpers
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def word_tokenize(text: str) -> list[str]:
     tokenised rule is used for (``"0"`` vs ``"$0.00"`` -> ``['$', '0.00']``).
     """
     try:
-        from nltk.tokenize import word_tokenize as nltk_tokenize  # type: ignore[import-not-found]
+        from nltk.tokenize import word_tokenize as nltk_tokenize
 
         return list(nltk_tokenize(text, preserve_line=True))
     except ImportError:
@@ -246,8 +245,21 @@ PAGE = object()  # marker for the ``__page__`` argument
 class Helpers:
     """The whitelisted ``func:`` helpers of WebArena / VisualWebArena program_html targets."""
 
-    def __init__(self, env: dict[str, str], timeout: float = 20.0) -> None:
+    def __init__(self, env: dict[str, str], timeout: float = 20.0, rest_admin: tuple[str, str] | None = None) -> None:
         self.env, self.timeout = env, timeout
+        self._rest_admin = rest_admin
+
+    @property
+    def rest_admin(self) -> tuple[str, str]:
+        """The store's REST admin (upstream's browser_env/env_config.py): the catalog's 'rest-admin' account."""
+        if self._rest_admin is None:
+            from envctl.catalog import load_catalog
+
+            account = load_catalog().account_with_role("rest-admin")
+            if account is None:
+                raise ValueError("the catalog has no account with role 'rest-admin'; the shopping REST helpers need one")
+            self._rest_admin = (account.username, account.password)
+        return self._rest_admin
 
     # url helpers
     def reddit_get_post_url(self, url: str) -> str:
@@ -305,7 +317,7 @@ class Helpers:
         return base.rstrip("/")
 
     def _shopping_get(self, path: str, params: dict[str, str] | None = None) -> Any:
-        user, password = SHOPPING_ADMIN_ACCOUNT
+        user, password = self.rest_admin
         token = requests.post(f"{self._shopping()}/rest/default/V1/integration/admin/token",
                               json={"username": user, "password": password}, timeout=self.timeout).json()
         r = requests.get(f"{self._shopping()}{path}", params=params, timeout=self.timeout,

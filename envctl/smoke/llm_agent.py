@@ -134,7 +134,8 @@ class LLMAgent:
 
     def run(self, task: Task, page: Page, *, screenshots: bool = False) -> tuple[Trajectory, Page]:
         traj = Trajectory(task_id=task.task_id)
-        previous, failures, recent = "None", 0, []
+        previous, failures = "None", 0
+        recent: list[str] = []
         for i in range(self.config.max_steps):
             started = time.monotonic()
             obs, backend = self.observe(page)

@@ -6,10 +6,8 @@ import html
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from envctl.smoke.runner import SmokeResult, TaskResult
+from envctl.smoke.results import SmokeResult, TaskResult
 
 _COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "skip": "#9a6700"}
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from envctl.errors import EnvctlError
 from envctl.smoke.agent import RecipeError, ReferenceAgent, Step, Trajectory, parse_recipe
 from envctl.smoke.evaluators import Check, Evaluation, evaluate, program_html_checks, Helpers
+from envctl.smoke.report import write_reports
+from envctl.smoke.results import SiteSummary, SmokeResult, TaskResult
 from envctl.smoke.tasks import Task, task_from_config
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,77 +37,6 @@ DEFAULT_VIEWPORT = {"width": 1280, "height": 720}
 
 ResetFn = Callable[[list[str]], None]
 ProgressFn = Callable[["TaskResult"], None]
-
-
-@dataclass
-class TaskResult:
-    """The outcome of one task: status pass / fail / skip, why, and what happened."""
-
-    task_id: str
-    sites: list[str]
-    intent: str
-    status: str
-    reason: str
-    score: float | None = None
-    elapsed_s: float = 0.0
-    answer: str = ""
-    final_url: str = ""
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list, repr=False)
-    negative_control: bool = False
-    verified: bool | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["steps"] = [{k: v for k, v in asdict(s).items() if k != "screenshot"} for s in self.steps]
-        return d
-
-
-@dataclass
-class SiteSummary:
-    site: str
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    elapsed_s: float = 0.0
-
-
-@dataclass
-class SmokeResult:
-    """A whole run. ``ok``: no non-skipped task failed and the negative control said no."""
-
-    task_set: str
-    tasks: list[TaskResult]
-    started_at: str
-    wall_s: float
-    report_dir: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        controls = [t for t in self.tasks if t.negative_control]
-        return (not any(t.status == "fail" for t in self.tasks)
-                and bool(controls) and all(t.status == "pass" for t in controls))
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {s: sum(t.status == s for t in self.tasks) for s in ("pass", "fail", "skip")}
-
-    def per_site(self) -> list[SiteSummary]:
-        """One row per site; a multi-site task is counted under ``a+b``."""
-        rows: dict[str, SiteSummary] = {}
-        for t in self.tasks:
-            key = "+".join(t.sites) or "-"
-            row = rows.setdefault(key, SiteSummary(site=key))
-            row.passed += t.status == "pass"
-            row.failed += t.status == "fail"
-            row.skipped += t.status == "skip"
-            row.elapsed_s = round(row.elapsed_s + t.elapsed_s, 3)
-        return [rows[k] for k in sorted(rows)]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task_set": self.task_set, "ok": self.ok, "started_at": self.started_at, "wall_s": self.wall_s,
-                "counts": self.counts, "sites": [asdict(s) for s in self.per_site()],
-                "report_dir": self.report_dir, "tasks": [t.to_json() for t in self.tasks]}
 
 
 # ---------------------------------------------------------------- planning
@@ -132,15 +63,17 @@ def negative_control(tasks: list[Task], *, needs_recipe: bool = True) -> Task | 
     return None
 
 
-# Sites that may share one backend (the mini flavor serves both from one Magento container), so a
-# reset of one can disturb the other: always run them in the same group.
-COUPLED_SITES = (("shopping", "shopping_admin"),)
+def site_groups(tasks: list[Task], coupled: list[tuple[str, str]] | None = None) -> list[list[Task]]:
+    """Partition tasks into groups whose site sets are disjoint (union-find), keeping file order.
 
+    ``coupled`` pairs (the catalog's ``coupled_with``) always land in one group: a reset of one
+    site of a pair can disturb the other's tasks."""
+    if coupled is None:
+        from envctl.catalog import load_catalog
 
-def site_groups(tasks: list[Task]) -> list[list[Task]]:
-    """Partition tasks into groups whose site sets are disjoint (union-find), keeping file order."""
+        coupled = load_catalog().coupled()
     parent: dict[str, str] = {}
-    for a, b in COUPLED_SITES:
+    for a, b in coupled:
         parent[b] = a
         parent.setdefault(a, a)
 
@@ -170,6 +103,7 @@ class _Context:
     judge: Judge | None
     agent: str
     screenshots: bool
+    rest_admin: tuple[str, str] | None = None
     reset_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -225,7 +159,7 @@ def _state_checks(browser: Browser, task: Task, ctx: _Context, phase: str) -> li
     try:
         page = context.new_page()
         page.goto(task.start_urls[0], wait_until="load")
-        raw = Evaluation(program_html_checks(targets, page, helpers=Helpers(ctx.env)))
+        raw = Evaluation(program_html_checks(targets, page, helpers=Helpers(ctx.env, rest_admin=ctx.rest_admin)))
     finally:
         context.close()
     details = "; ".join(f"{c.name}={c.score}" for c in raw.checks)
@@ -334,7 +268,8 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
               reset: ResetFn | None = None, sites: list[str] | None = None, agent: str = "reference",
               report_dir: Path | None = None, browser_path: str = "/usr/bin/chromium",
               progress: ProgressFn | None = None, judge: Judge | None = None, max_parallel: int = 3,
-              task_set: str = "") -> SmokeResult:
+              task_set: str = "", coupled: list[tuple[str, str]] | None = None,
+              rest_admin: tuple[str, str] | None = None) -> SmokeResult:
     """Run ``tasks`` (plus a negative control) against the sites in ``env``; write reports if asked."""
     if agent not in ("reference", "llm"):
         raise EnvctlError(f"unknown agent {agent!r}", hint="use --agent reference or --agent llm")
@@ -350,7 +285,7 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
     control = negative_control(filled, needs_recipe=agent == "reference")
     if control is not None:
         filled.insert(filled.index(next(t for t in filled if control.task_id.startswith(t.task_id + ":"))), control)
-    ctx = _Context(env=env, auth_dir=auth_dir, reset=reset, judge=judge, agent=agent,
+    ctx = _Context(env=env, auth_dir=auth_dir, reset=reset, judge=judge, agent=agent, rest_admin=rest_admin,
                    screenshots=report_dir is not None)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -363,7 +298,7 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
             if progress:
                 progress(r)
 
-    groups = site_groups(filled)
+    groups = site_groups(filled, coupled)
     if groups:
         with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(groups)))) as pool:
             for f in [pool.submit(_run_group, g, ctx, browser_path, on_done) for g in groups]:
@@ -376,8 +311,6 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
     result = SmokeResult(task_set=task_set, tasks=results, started_at=started_at,
                          wall_s=round(time.monotonic() - t0, 3))
     if report_dir is not None:
-        from envctl.smoke.report import write_reports
-
         write_reports(result, Path(report_dir))
         result.report_dir = str(report_dir)
     return result

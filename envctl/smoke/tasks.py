@@ -15,25 +15,23 @@ as upstream's ``generate_test_data.py`` does, so reference answers and locators 
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from envctl.catalog import load_catalog
 from envctl.errors import EnvctlError
 
-# Placeholder -> harness environment variable (WebArena + VisualWebArena names).
-PLACEHOLDERS = {
-    "__SHOPPING_ADMIN__": "SHOPPING_ADMIN",
-    "__SHOPPING__": "SHOPPING",
-    "__REDDIT__": "REDDIT",
-    "__GITLAB__": "GITLAB",
-    "__MAP__": "MAP",
-    "__WIKIPEDIA__": "WIKIPEDIA",
-    "__CLASSIFIEDS__": "CLASSIFIEDS",
-    "__HOMEPAGE__": "HOMEPAGE",
-}
+
+@functools.lru_cache(maxsize=None)
+def placeholders() -> dict[str, str]:
+    """Placeholder -> harness environment variable (``__SHOPPING__`` -> ``SHOPPING``), from the catalog."""
+    return load_catalog().placeholders()
+
+
 TAB_SEPARATOR = " |AND| "
 BUNDLED_DIR = "tasks"
 
@@ -107,7 +105,7 @@ def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
 def fill_placeholders(config: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """Replace every ``__SITE__`` placeholder in the config (all strings, any depth) from ``env``."""
     text = json.dumps(config)
-    for placeholder, var in PLACEHOLDERS.items():
+    for placeholder, var in placeholders().items():
         if placeholder in text:
             value = env.get(var)
             if not value:
@@ -161,7 +159,7 @@ def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
         wanted = set(sites)
         configs = [c for c in configs if set(c.get("sites", [])) <= wanted]
     if env is None:
-        env = {var: ph for ph, var in PLACEHOLDERS.items()}
+        env = {var: ph for ph, var in placeholders().items()}
     ids = [str(c.get("task_id")) for c in configs]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

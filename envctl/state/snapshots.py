@@ -1,5 +1,8 @@
 """Golden images and user snapshots of site copies (``docker commit`` after a clean stop).
 
+Each works on an :class:`~envctl.instance.Instance`; declared volumes are captured too
+(:func:`envctl.provision.docker.commit`).
+
 - *golden*: the pristine, configured state of a site for one flavor and public URL. Spares and
   recreates boot from it already configured. Tag ``envctl-golden/<site>-<service>:<key>`` where
   ``key`` hashes the base image ids, the public URL and the rendered configure steps, so a change
@@ -15,19 +18,17 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from envctl.errors import UsageError
+from envctl.healthchecks.fingerprint import Fingerprint
+from envctl.instance import Instance
 from envctl.provision import docker as dk
-from envctl.provision.local import Copy, LocalBackend
-from envctl.state.fingerprint import Fingerprint
-
-if TYPE_CHECKING:
-    from envctl.lab import Lab
+from envctl.provision.local import Copy
 
 
-def golden_key(lab: "Lab", site: str, backend: LocalBackend) -> str:
-    s = lab.catalog.site(site)
+def golden_key(inst: Instance, site: str) -> str:
+    s = inst.catalog.site(site)
+    backend = inst.backend
     r = backend.renderer(site, "x")
     h = hashlib.sha256()
     h.update(backend.settings.flavor.encode() + b"\0" + r("{public_url}").encode())
@@ -43,15 +44,15 @@ def _tag(repo: str, site: str, service: str, tag: str) -> str:
     return f"{repo}/{site.replace('_', '-')}-{service.replace('_', '-')}:{tag}"
 
 
-def golden_tags(lab: "Lab", site: str, backend: LocalBackend, key: str | None = None) -> dict[str, str]:
-    key = key or golden_key(lab, site, backend)
-    return {svc: _tag("envctl-golden", site, svc, key) for svc in lab.catalog.site(site).services_for(backend.settings.flavor)}
+def golden_tags(inst: Instance, site: str, key: str | None = None) -> dict[str, str]:
+    key = key or golden_key(inst, site)
+    return {svc: _tag("envctl-golden", site, svc, key) for svc in inst.catalog.site(site).services_for(inst.flavor)}
 
 
-def golden_images(lab: "Lab", site: str, backend: LocalBackend) -> tuple[dict[str, str] | None, str]:
+def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str]:
     """(service -> golden image, key) when a golden exists for this site/flavor/URL, else (None, "")."""
-    key = golden_key(lab, site, backend)
-    tags = golden_tags(lab, site, backend, key)
+    key = golden_key(inst, site)
+    tags = golden_tags(inst, site, key)
     if all(dk.image_exists(t) for t in tags.values()):
         return tags, key
     return None, ""
@@ -65,48 +66,45 @@ def golden_fingerprint(tag: str) -> Fingerprint | None:
     return None
 
 
-def _stop_commit_start(lab: "Lab", copy: Copy, tags: dict[str, str], labels: dict[str, str],
+def _stop_commit_start(inst: Instance, copy: Copy, tags: dict[str, str], labels: dict[str, str],
                        restart: bool = True) -> None:
-    site = lab.catalog.site(copy.site)
-    order = [s for s in site.service_order() if s in copy.containers]
-    for svc in reversed(order):  # dependents first, databases last: everything shuts down cleanly
-        dk.stop(copy.containers[svc], timeout=site.services[svc].stop_timeout)
-    for svc in order:
-        dk.commit(copy.containers[svc], tags[svc], {**labels, "envctl.service": svc})
+    """Clean stop (each service's own stop command first), commit every container with its volumes' contents,
+    start again."""
+    inst.backend.stop_copy(copy)
+    for svc, c in copy.containers.items():
+        dk.commit(c, tags[svc], {**labels, "envctl.service": svc})
     if restart:
-        for svc in order:
-            dk.start(copy.containers[svc])
-            dk.wait_running(copy.containers[svc].name)
+        inst.backend.start_copy(copy)
 
 
-def commit_golden(lab: "Lab", backend: LocalBackend, copy: Copy, fp: Fingerprint, *, restart: bool = True) -> str:
+def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint, *, restart: bool = True) -> str:
     """Stop ``copy`` cleanly and commit it as the site's golden state; returns the key."""
-    key = golden_key(lab, copy.site, backend)
-    tags = golden_tags(lab, copy.site, backend, key)
-    labels = {"envctl.golden": key, "envctl.site": copy.site, "envctl.flavor": backend.settings.flavor,
-              "envctl.public_url": backend.renderer(copy.site, copy.slot)("{public_url}"),
+    key = golden_key(inst, copy.site)
+    tags = golden_tags(inst, copy.site, key)
+    labels = {"envctl.golden": key, "envctl.site": copy.site, "envctl.flavor": inst.flavor,
+              "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
               "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-    _stop_commit_start(lab, copy, tags, labels, restart)
+    _stop_commit_start(inst, copy, tags, labels, restart)
     return key
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
-def snapshot_tags(lab: "Lab", site: str, name: str, backend: LocalBackend) -> dict[str, str]:
+def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
     if not _NAME.match(name):
         raise UsageError(f"invalid snapshot name '{name}'", "use lower-case letters, digits, '.', '_' and '-'")
-    return {svc: _tag("envctl-snap", site, svc, f"{lab.instance}-{name}")
-            for svc in lab.catalog.site(site).services_for(backend.settings.flavor)}
+    return {svc: _tag("envctl-snap", site, svc, f"{inst.name}-{name}")
+            for svc in inst.catalog.site(site).services_for(inst.flavor)}
 
 
-def commit_snapshot(lab: "Lab", backend: LocalBackend, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
-    tags = snapshot_tags(lab, copy.site, name, backend)
-    labels = {"envctl.snapshot": name, "envctl.instance": lab.instance, "envctl.site": copy.site,
-              "envctl.flavor": backend.settings.flavor,
-              "envctl.public_url": backend.renderer(copy.site, copy.slot)("{public_url}"),
+def commit_snapshot(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
+    tags = snapshot_tags(inst, copy.site, name)
+    labels = {"envctl.snapshot": name, "envctl.instance": inst.name, "envctl.site": copy.site,
+              "envctl.flavor": inst.flavor,
+              "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
               "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-    _stop_commit_start(lab, copy, tags, labels)
+    _stop_commit_start(inst, copy, tags, labels)
     return tags
 
 
@@ -124,14 +122,13 @@ class SnapshotInfo:
     size_mb: float
 
 
-def list_snapshots(lab: "Lab", site: str | None = None) -> list[SnapshotInfo]:
+def list_snapshots(instance: str, site: str | None = None) -> list[SnapshotInfo]:
+    """Golden images (any instance) and the named snapshots of ``instance``."""
     out = []
     for kind, label in (("golden", "golden"), ("snapshot", "snapshot")):
-        from python_on_whales import docker
-
-        for img in docker.image.list(filters=[("label", f"envctl.{label}")]):
+        for img in dk.images_labelled(f"envctl.{label}"):
             lb = img.config.labels or {}
-            if kind == "snapshot" and lb.get("envctl.instance") != lab.instance:
+            if kind == "snapshot" and lb.get("envctl.instance") != instance:
                 continue
             if site and lb.get("envctl.site") != site:
                 continue
@@ -145,16 +142,11 @@ def list_snapshots(lab: "Lab", site: str | None = None) -> list[SnapshotInfo]:
     return sorted(out, key=lambda s: (s.site, s.kind, s.name, s.service))
 
 
-def remove_snapshot(lab: "Lab", name: str, site: str | None = None) -> list[str]:
-    removed = [s.image for s in list_snapshots(lab, site) if s.name == name]
+def remove_snapshot(instance: str, name: str, site: str | None = None) -> list[str]:
+    removed = [s.image for s in list_snapshots(instance, site) if s.name == name]
     if not removed:
         raise UsageError(f"no snapshot named '{name}'", "see 'envctl snapshot list'")
     for tag in removed:
         dk.remove_image(tag)
     return removed
 
-
-def describe(info: SnapshotInfo) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(info)

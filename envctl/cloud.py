@@ -1,0 +1,52 @@
+"""Cloud labs: many hosts (EC2 through boto3, or SSH hosts from an inventory), each running envctl.
+
+The public face of :mod:`envctl.provision.lab` (manifests, Ansible plays) and
+:mod:`envctl.provision.ec2` (AWS), used by ``envctl cloud`` and by harnesses::
+
+    from envctl import cloud
+    manifest, play = cloud.up("eval1", hosts=4, region="us-east-2", allow_cidrs=["203.0.113.7/32"])
+    workers = cloud.env("eval1", "browsergym")
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from envctl.auth import parse_duration
+from envctl.catalog import load_catalog
+from envctl.errors import UsageError
+from envctl.provision import ec2 as ec2mod
+from envctl.provision import lab as labmod
+from envctl.provision.lab import LabManifest, LabStatus, down, env, reset, status
+
+__all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "ttl_minutes"]
+
+
+def ttl_minutes(text: str) -> int:
+    """'8h' -> 480; at least one minute."""
+    try:
+        return max(1, int(parse_duration(text) // 60))
+    except ValueError as exc:
+        raise UsageError(f"invalid --ttl '{text}': {exc}", "use e.g. 90m, 8h or 2d") from None
+
+
+def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: str = "t3a.xlarge",
+       ami: str = "webarena", allow_cidrs: Sequence[str] = (), allow_world: bool = False,
+       key_name: str | None = None, spot: bool = False, ttl: str = "8h", sites: str = "all", flavor: str = "full",
+       inventory_file: str | Path | None = None, images_url: str = "",
+       progress: Callable[[str], None] = lambda _m: None) -> tuple[LabManifest, Any]:
+    """Create the hosts (or take ``inventory_file``), prepare them with Ansible, run envctl up + serve on each.
+
+    Returns the lab's manifest and the play's result (its ``failures`` name each host that failed)."""
+    if inventory_file:
+        return labmod.up_inventory(lab, inventory_file=Path(inventory_file), flavor=flavor, sites=sites,
+                                   images_url=images_url, progress=progress)
+    if not region:
+        raise UsageError("no AWS region given", "pass --region (e.g. us-east-2) or set AWS_REGION")
+    sizing = labmod.lab_sizing(None if sites == "all" else sites.split(","), flavor, ami=ami,
+                               extra_ports=(load_catalog().reset_server.port,))
+    spec = ec2mod.Ec2LabSpec(lab=lab, region=region, hosts=hosts, instance_type=instance_type, ami=ami,
+                             ports=sizing.ports, allow_cidrs=tuple(allow_cidrs), allow_world=allow_world,
+                             key_name=key_name, spot=spot, ttl_minutes=ttl_minutes(ttl),
+                             root_gb=sizing.root_gb, data_gb=sizing.data_gb)
+    return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, progress=progress)

@@ -1,0 +1,149 @@
+"""The package's shape (DESIGN.md, "Layers"): imports run down the layers, never in a circle, and
+only the Docker backend module talks to the engine."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "envctl"
+
+# Lowest first. A module may import its own layer or any lower one, never a higher one.
+LAYERS: list[tuple[str, ...]] = [
+    ("envctl.errors", "envctl.paths", "envctl.validate", "envctl.secrets"),
+    ("envctl.catalog", "envctl.locks"),
+    ("envctl.healthchecks", "envctl.images", "envctl.provision"),
+    ("envctl.instance",),
+    ("envctl.state", "envctl.auth", "envctl.smoke"),
+    ("envctl.lab", "envctl.cloud", "envctl.leases"),
+    ("envctl.serve", "envctl.envformat", "envctl.doctor", "envctl.render", "envctl.playbooks"),
+    ("envctl.cli", "envctl.__main__", "envctl"),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        rel = f.relative_to(PKG.parent)
+        if rel.parts[:3] == ("envctl", "images", "mini"):
+            continue  # the mini stand-ins run inside their images; envctl never imports them
+        out[".".join(rel.with_suffix("").parts).removesuffix(".__init__")] = f
+    return out
+
+
+def _layer(module: str) -> int:
+    best, rank = -1, 0
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or (p != "envctl" and module.startswith(p + "."))) and len(p) > best:
+                best, rank = len(p), i
+    assert best >= 0, f"{module} is in no layer: add it to LAYERS (and DESIGN.md)"
+    return rank
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """Every envctl module ``path`` imports, at any depth (inside functions and TYPE_CHECKING too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            if n in known:
+                found.add(n)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    return {m: _imports(p, known) - {m} for m, p in mods.items()}
+
+
+def test_every_module_has_a_layer() -> None:
+    for m in _modules():
+        _layer(m)
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    bad = [f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+           for a, deps in _graph().items() for b in deps if _layer(b) > _layer(a)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:  # Tarjan
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            strong(v)
+    assert not circles, circles
+
+
+def test_no_package_imports_its_own_package_defensively() -> None:
+    """No ``try: import envctl.x / except ImportError`` inside the package."""
+    bad = []
+    for m, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Try) and any(
+                    isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers):
+                for sub in node.body:
+                    if isinstance(sub, ast.ImportFrom) and (sub.module or "").startswith("envctl"):
+                        bad.append(m)
+    assert not bad, bad
+
+
+DOCKER_ARGV = re.compile(r"""\[\s*["']docker["']\s*,""")
+
+
+@pytest.mark.parametrize("module", sorted(_modules()))
+def test_only_the_docker_backend_talks_to_the_engine(module: str) -> None:
+    if module == "envctl.provision.docker":
+        return
+    text = _modules()[module].read_text()
+    assert "python_on_whales" not in text, f"{module} imports python-on-whales; go through envctl.provision.docker"
+    assert not DOCKER_ARGV.search(text), f"{module} runs the docker CLI; go through envctl.provision.docker"
+
+
+CLI_MAY_IMPORT = {"envctl", "envctl.errors", "envctl.catalog", "envctl.lab", "envctl.render", "envctl.envformat",
+                  "envctl.doctor", "envctl.serve", "envctl.images", "envctl.smoke", "envctl.cloud", "envctl.locks",
+                  "envctl.validate"}
+
+
+def test_the_cli_calls_the_library_facades_only() -> None:
+    mods = _modules()
+    used = _imports(mods["envctl.cli"], set(mods))
+    internal = sorted(m for m in used if m not in CLI_MAY_IMPORT and not any(m == f"{p}.__init__" for p in CLI_MAY_IMPORT))
+    assert not internal, f"envctl/cli.py imports library internals: {internal}"
