@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Annotated, Any, Callable, Iterable, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -58,7 +58,7 @@ def dependency_order(names: list[str], deps: Callable[[str], Iterable[str]]) -> 
 class Ports(_Model):
     public: int = Field(ge=1, le=65535)
     # "public" means: the app listens on the same port it is published on (GitLab's external_url rule).
-    container: int | Literal["public"] = Field(default=80)
+    container: Annotated[int, Field(ge=1, le=65535)] | Literal["public"] = Field(default=80)
 
     def container_port(self, public: int) -> int:
         return public if self.container == "public" else int(self.container)
@@ -520,26 +520,29 @@ FLAVOR_OVERRIDE_ALLOWLIST = frozenset({
     # The mini frontend renders search and directions server-side, so it calls the backends on the
     # private network; upstream's browser-side calls use the public URLs the configure seds write.
     "sites.map.services.web.flavors.mini.env",
-    # The mini web would reach its db through the "db" alias like upstream's; tests still read DB_HOST.
-    "sites.classifieds.services.web.flavors.mini.env",
 })
+
+
+def _mapping(value: Any) -> dict[Any, Any]:
+    """``value`` when it is a mapping, else {} (its wrong type is reported by the model validation)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
     """One problem per flavor key that is neither allowed nor on the allowlist, named by its path."""
     problems = []
-    sites = raw.get("sites") if isinstance(raw.get("sites"), dict) else {}
+    sites: dict[str, Any] = raw["sites"] if isinstance(raw.get("sites"), dict) else {}
     for sname, site in sites.items():
         if not isinstance(site, dict):
             continue
         flavors = [(f"sites.{sname}.flavors.{fname}", f, SITE_FLAVOR_KEYS, "a site flavor may override only "
                     "'description' and 'artifacts'; move it to the site so it runs on every flavor")
-                   for fname, f in (site.get("flavors") or {}).items()]
-        for vname, svc in (site.get("services") or {}).items():
+                   for fname, f in _mapping(site.get("flavors")).items()]
+        for vname, svc in _mapping(site.get("services")).items():
             flavors += [(f"sites.{sname}.services.{vname}.flavors.{fname}", f, SERVICE_FLAVOR_KEYS,
                          "a flavor may override only a service's 'image', 'build' and 'memory'; move it to the "
                          "service so it runs on every flavor")
-                        for fname, f in ((svc or {}).get("flavors") or {}).items()]
+                        for fname, f in _mapping(_mapping(svc).get("flavors")).items()]
         for where, f, allowed, why in flavors:
             for key in (f if isinstance(f, dict) else {}):
                 path = f"{where}.{key}"

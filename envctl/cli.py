@@ -52,7 +52,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 class EnvctlGroup(click.Group):
     """The one boundary where errors become one line on stderr and an exit code (1 runtime, 2 usage)."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             super().main(*args, **kwargs)

@@ -85,8 +85,6 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     busy = []
     owned: set[int] = set()
     if engine_ok:
-        from envctl.provision import proxy
-
         for c in dk.containers(role="proxy"):
             owned |= {int(p) for p in dk.label(c, "ports").split(",") if p}
     for n in names:

@@ -207,8 +207,11 @@ class Lab:
         owned = set(proxy.published_ports(self.instance))
         ports = {d.port(p) for s in sites for svc, p in self.catalog.site(s).public_ports().items()
                  if settings.flavor in self.catalog.site(s).services[svc].flavors}
+        # Docker's own allocations too: a container that fails to publish can leave a stale endpoint
+        # behind in the network (an engine bug), so a clash must be refused before anything is made.
+        published = dk.published_host_ports()
         for port in sorted(ports):
-            if port not in owned and not port_bindable(settings.bind, port):
+            if port not in owned and (not port_bindable(settings.bind, port) or port in published):
                 raise PortInUse(f"port {port} on {settings.bind} is in use by {port_holder(port)}",
                                 "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
         return sorted(ports | owned)

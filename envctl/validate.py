@@ -25,13 +25,13 @@ from envctl.errors import UsageError
 NAME_MAX = 40
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_DURATION = re.compile(r"(\d{1,7})([smhd]?)")
+_DURATION = re.compile(r"([0-9]{1,7})([smhd]?)")  # ASCII digits: \d also matches e.g. Arabic-Indic ones
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 TOKEN_MIN, TOKEN_MAX = 16, 256
 PORT_OFFSET_MAX = 60000
 
-_WORLD_V4 = ipaddress.ip_network("0.0.0.0/0")
+_WORLD_V4 = ipaddress.IPv4Network("0.0.0.0/0")
 _WORLD_V6 = ipaddress.ip_network("::/0")
 
 
@@ -70,7 +70,7 @@ def _int(value: object, what: str) -> int:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if not re.fullmatch(r"\d{1,7}", text):
+    if not re.fullmatch(r"[0-9]{1,7}", text):
         raise UsageError(f"invalid {what} {_show(value)}", f"give {what} as a whole number")
     return int(text)
 
@@ -158,15 +158,15 @@ def opens_world(cidrs: Sequence[str]) -> list[str]:
     none), also when several CIDRs add up to it (0.0.0.0/1 + 128.0.0.0/1) or when an IPv4-mapped
     IPv6 range (``::ffff:0:0/96``) covers all of IPv4."""
     nets = [validate_cidr(c) for c in cidrs]
-    v4 = [n for n in nets if n.version == 4]
-    v6 = [n for n in nets if n.version == 6]
-    mapped = ipaddress.ip_network("::ffff:0:0/96")
+    v4: list[ipaddress.IPv4Network] = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+    v6: list[ipaddress.IPv6Network] = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    mapped = ipaddress.IPv6Network("::ffff:0:0/96")
     for n in v6:  # IPv4-mapped addresses reach dual-stack listeners as IPv4
         if n.prefixlen <= 96 and mapped.subnet_of(n):
             v4.append(_WORLD_V4)
         elif n.subnet_of(mapped):
-            low = ipaddress.ip_address(int(n.network_address) & 0xFFFFFFFF)
-            v4.append(ipaddress.ip_network(f"{low}/{n.prefixlen - 96}"))
+            low = ipaddress.IPv4Address(int(n.network_address) & 0xFFFFFFFF)
+            v4.append(ipaddress.IPv4Network(f"{low}/{n.prefixlen - 96}"))
     out = []
     if v4 and _WORLD_V4 in list(ipaddress.collapse_addresses(v4)):
         out.append("0.0.0.0/0")

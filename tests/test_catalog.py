@@ -87,7 +87,7 @@ def test_container_side_classifieds_keeps_trailing_slash(cat):
     web = cat.site("classifieds").services["web"]
     assert r(web.env["CLASSIFIEDS"]) == f"http://{HOST}:9980/"
     assert r(web.env["RESET_TOKEN"]) == "4b61655535e7ed388f0d40a93600254c"
-    assert r(web.flavors["mini"].env["DB_HOST"]) == "db-ctr"
+    assert "env" not in web.flavors["mini"].model_fields_set  # the mini web reaches its db as upstream's does: alias "db"
 
 
 def rendered(cat, site, flavor="full", host=HOST):

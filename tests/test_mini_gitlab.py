@@ -223,7 +223,10 @@ def test_new_issue_form_writes_to_db(gitlab: str, module_containers: Containers,
     assert fingerprint(module_containers, gitlab) == after
 
 
-def test_recreated_container_is_pristine_and_stops_cleanly(gitlab: str, containers: Containers, mini_image) -> None:
+def test_recreated_container_is_pristine_and_stops_like_upstream(gitlab: str, containers: Containers,
+                                                                  mini_image) -> None:
+    """Like the omnibus image: a plain 'docker stop' kills PostgreSQL (PID 1 runsvdir exits at once), leaving
+    postmaster.pid, and the next start refuses it (upstream's "502"); 'gitlab-ctl stop' first is clean."""
     s = http_login()
     assert s.get(f"{BASE}/-/profile", allow_redirects=False).status_code == 200
     fresh, took = start(containers, mini_image("gitlab"), SECOND_PORT)
@@ -234,6 +237,9 @@ def test_recreated_container_is_pristine_and_stops_cleanly(gitlab: str, containe
     fp = fingerprint(containers, fresh)
     assert fp["issues"][:2] == (8, 8) and fp["notes"][:2] == (3, 3) and fp["members"][:2] == (9, 9)
 
+    # gitlab-ctl stop, then docker stop: a clean shutdown, a clean restart
+    out = subprocess.run(["docker", "exec", fresh, "gitlab-ctl", "stop"], capture_output=True, text=True)
+    assert out.returncode == 0 and "ok: down: postgresql" in out.stdout, out.stdout + out.stderr
     t0 = time.monotonic()
     subprocess.run(["docker", "stop", "-t", "20", fresh], check=True, capture_output=True)
     took = time.monotonic() - t0
@@ -243,3 +249,16 @@ def test_recreated_container_is_pristine_and_stops_cleanly(gitlab: str, containe
     assert code == "0", logs
     assert "database system is shut down" in logs
     assert took < 10, f"docker stop took {took:.1f}s"
+
+    # a plain docker stop: PostgreSQL dies with PID 1 and the next start refuses its stale lock file
+    subprocess.run(["docker", "start", fresh], check=True, capture_output=True)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["docker", "exec", fresh, "gitlab-ctl", "status"], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, containers.logs(fresh)
+        time.sleep(0.3)
+    subprocess.run(["docker", "stop", "-t", "20", fresh], check=True, capture_output=True)
+    subprocess.run(["docker", "start", fresh], check=True, capture_output=True)
+    deadline = time.monotonic() + 20
+    while "lock file" not in containers.logs(fresh):
+        assert time.monotonic() < deadline, containers.logs(fresh)
+        time.sleep(0.3)

@@ -34,7 +34,8 @@ from envctl.errors import ChecksumMismatch, DockerError, EnvctlError, FetchError
 from envctl.images import disk, fetch, registry
 from envctl.images import extract as ex
 from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
-from envctl.images.lock import LockFile, Pin, data_dir, downloads_dir
+from envctl.images.lock import LockFile, Pin, downloads_dir
+from envctl.paths import data_dir as site_data_dir
 from envctl.provision import docker as dk
 
 
@@ -151,7 +152,7 @@ class Options:
 
     def resolved(self) -> "Options":
         return Options(
-            data_root=self.data_root or data_dir() / "data",
+            data_root=self.data_root or site_data_dir(),
             downloads=self.downloads or downloads_dir(),
             lock=self.lock or LockFile(),
             timeouts=self.timeouts or fetch.Timeouts(min_rate=float(os.environ.get("ENVCTL_MIN_RATE", 64 * 1024))),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from envctl.errors import ChecksumMismatch, DockerError, FetchError
+from envctl.errors import ChecksumMismatch, DockerError
 from envctl.provision import docker as dk
 
 HOLD_BACK = 1 << 20  # > the tar end marker (1 KiB) with a wide margin

@@ -18,17 +18,9 @@ from pathlib import Path
 from typing import Iterator
 
 from envctl.errors import ChecksumMismatch, FetchError
+from envctl.paths import data_root as data_dir
 
 LOCK_VERSION = 1
-
-
-def data_dir() -> Path:
-    """envctl's per-user data directory (pins, downloads, data files)."""
-    env = os.environ.get("ENVCTL_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "envctl"
 
 
 def lock_path() -> Path:

@@ -332,10 +332,27 @@ def remove_volumes(names: list[str]) -> None:
             pass  # in use or already gone: a later 'down --volumes' gets it
 
 
-@_wrap
+def published_host_ports() -> dict[int, str]:
+    """Host port -> name of the running container that publishes it (on any address); one engine call."""
+    import re
+    import subprocess
+
+    proc = subprocess.run(["docker", "ps", "--format", "{{.Names}}\t{{.Ports}}"], capture_output=True, text=True,
+                          timeout=30)
+    if proc.returncode != 0:
+        raise DockerError(f"'docker ps' failed: {proc.stderr.strip()[-300:]}")
+    out: dict[int, str] = {}
+    for line in proc.stdout.splitlines():
+        name, _, ports = line.partition("\t")
+        for host_port in re.findall(r":(\d+)->", ports):
+            out.setdefault(int(host_port), name)
+    return out
+
+
 def publishers(port: int) -> list[str]:
-    """Names of running containers that publish host port ``port``."""
-    return [c.name for c in docker.container.list(filters=[("publish", str(port))])]
+    """Names of running containers that publish host port ``port`` (on any address)."""
+    holder = published_host_ports().get(port)
+    return [holder] if holder else []
 
 
 def archive_out(name: str | Container, path: str, dest: Path) -> None:

@@ -28,8 +28,9 @@ import requests
 
 from envctl.errors import CloudError, UsageError
 from envctl.locks import write_private
+from envctl.paths import data_root as data_dir
 from envctl.provision import ec2 as ec2mod
-from envctl.provision.ansible import HostFailure, InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
+from envctl.provision.ansible import InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
 from envctl.provision.aws import ec2_client
 from envctl.provision.package import ControllerPackage, controller_wheel
 from envctl.validate import validate_host, validate_instance_name, validate_lab_name, validate_port_offset
@@ -37,12 +38,6 @@ from envctl.validate import validate_host, validate_instance_name, validate_lab_
 Progress = Callable[[str], None]
 GB = 1_000_000_000
 ROOT_BASE_GB = 30  # OS, Docker engine, envctl and logs
-
-
-def data_dir() -> Path:
-    if os.environ.get("ENVCTL_DATA_DIR"):
-        return Path(os.environ["ENVCTL_DATA_DIR"])
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "envctl"
 
 
 def labs_dir() -> Path:
@@ -344,7 +339,7 @@ def down(lab: str, *, ec2: Any = None, region: str | None = None, progress: Prog
         progress(f"lab {lab} forgotten (its hosts are not envctl's to remove)")
         return None
     ec2 = ec2 or ec2_client(region or (m.region if m else "") or "")
-    key_files = [m.resources.get("key_file")] if m and m.resources.get("key_file") else []
+    key_files = [str(m.resources["key_file"])] if m and m.resources.get("key_file") else []
     key_files.append(str(data_dir() / "keys" / f"envctl-{lab}.pem"))
     result = ec2mod.teardown(ec2, lab, key_files=key_files, progress=progress)
     if m:

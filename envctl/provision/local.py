@@ -6,7 +6,6 @@ front proxy routes to the active one. Everything about a copy is in its containe
 """
 from __future__ import annotations
 
-import re
 import secrets
 import threading
 import time

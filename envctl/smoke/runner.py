@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from envctl.errors import EnvctlError
-from envctl.smoke.agent import RecipeError, ReferenceAgent, Step, Trajectory, parse_recipe
+from envctl.smoke.agent import RecipeError, ReferenceAgent, Trajectory, parse_recipe
 from envctl.smoke.evaluators import Check, Evaluation, evaluate, program_html_checks, Helpers
 from envctl.smoke.report import write_reports
-from envctl.smoke.results import SiteSummary, SmokeResult, TaskResult
+from envctl.smoke.results import SmokeResult, TaskResult
 from envctl.smoke.tasks import Task, task_from_config
 
 if TYPE_CHECKING:  # pragma: no cover

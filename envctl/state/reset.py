@@ -192,8 +192,8 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
         return []
     try:
         cleanup_strays(inst, logins, site)
-        if want is None:
-            want = inst.table().wanted.get(site, 0)
+        if want is None:  # the instance's setting ('up --spares K'), else the catalog's reset.spares
+            want = inst.table().wanted.get(site, inst.catalog.site(site).reset.spares)
         booted = []
         while len(inst.table().spares.get(site, [])) < want:
             cleanup_strays(inst, logins, site)  # resets since the last pass left dirty copies
@@ -256,6 +256,34 @@ def _swap_to_spare(inst: Instance, site: str,
         pristine = inst.pristine(site, table)
     phases["swap"] = time.monotonic() - t
     return dirty, Copy(site, slot, dict(names)), pristine  # type: ignore[arg-type]  # names address containers
+
+
+def _spare_booting(inst: Instance, site: str) -> bool:
+    """Whether a replenisher holds the site's spare lock (it is booting or cleaning up copies)."""
+    try:
+        with locked(f"spare.{inst.name}.{site}", wait=False):
+            return False
+    except EnvctlError:
+        return True
+
+
+def _wait_for_spare(inst: Instance, site: str,
+                    phases: dict[str, float]) -> tuple[str, Copy, Fingerprint | None] | None:
+    """Swap to the spare a replenisher is booting, as soon as it is ready; None if the replenisher ends
+    without one (or the site's health deadline passes)."""
+    t = time.monotonic()
+    deadline = t + inst.catalog.site(site).health.timeout
+    while time.monotonic() < deadline and not inst.cancel.is_set():
+        if inst.table().spares.get(site):
+            swapped = _swap_to_spare(inst, site, phases)
+            if swapped is not None:
+                phases["wait_spare"] = time.monotonic() - t
+                return swapped
+        if not _spare_booting(inst, site):
+            break
+        time.sleep(0.2)
+    phases["wait_spare"] = time.monotonic() - t
+    return None
 
 
 def _endpoint(inst: Instance, site: str, phases: dict[str, float]) -> None:
@@ -321,6 +349,10 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                 dirty = None
                 if t == "spare":
                     swapped = _swap_to_spare(inst, site, phases)
+                    if swapped is None and _spare_booting(inst, site):
+                        # A replenisher is booting one: it is ready sooner than a recreate would be.
+                        progress(site, "wait", "a spare is booting; waiting for it instead of recreating")
+                        swapped = _wait_for_spare(inst, site, phases)
                     if swapped is None:
                         escalations.append("spare: no spare ready")
                         progress(site, "escalate", "no spare ready; recreating")
