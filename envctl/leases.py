@@ -464,9 +464,15 @@ class Pool:
             except Conflict:
                 self._adopt(m, resume=False)  # someone else leased it: take the table's word, try another
                 continue
+            t = time.monotonic()
             try:
                 self._wait_healthy(m, lease_sites)
                 lease = self._lease_of(m, full_reset)
+                with self.cond:
+                    if m.state != LEASED or m.lease.get("id") != lease.id:  # expired while we got it ready
+                        raise Conflict(f"the lease on {m.name} ended while it was being made ready")
+            except Conflict:
+                continue
             except Exception:
                 with self.cond:
                     m.state, m.lease = (FREE if m.lab.settings() is not None else BROKEN), {}
@@ -478,7 +484,7 @@ class Pool:
                 raise
             self.stats.acquired += 1
             self.log(f"pool {self.name}: lease {lease.id} on {m.name} for {lease.holder or 'a client'} "
-                     f"({', '.join(lease.sites)}, ttl {ttl:g}s)")
+                     f"({', '.join(lease.sites)}, ttl {ttl:g}s; ready in {time.monotonic() - t:.1f}s)")
             return lease
 
     def _retry_after(self) -> int:
@@ -596,16 +602,19 @@ class Pool:
             error = "; ".join(f"{r.site}: {r.error}" for r in bad)
         except Exception as exc:  # noqa: BLE001
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        # The table first, then memory: an acquirer never sees FREE before the engine does.
+        try:
+            with m.lab.running().routing() as table:
+                table.lease = ({"pool": self.name, **m.lease, "state": BROKEN} if error
+                               else {"pool": self.name, "state": FREE})
+        except EnvctlError as exc:
+            self.log(f"pool {self.name}: could not record the state of {m.name}: {exc}")
+            error = error or str(exc)
         with self.cond:
             if error:
                 m.state, m.error, m.retry_at = BROKEN, error, time.monotonic() + max(10.0, self.heal_after)
             else:
                 m.state, m.lease, m.error, m.auth_at = FREE, {}, "", time.time()
-        try:
-            self._write(m)
-        except EnvctlError as exc:
-            self.log(f"pool {self.name}: could not record the state of {m.name}: {exc}")
-        with self.cond:
             self.cond.notify_all()
         if error:
             self.log(f"pool {self.name}: reset of {m.name} did not verify ({error}); retrying with a recreate later")
