@@ -172,7 +172,7 @@ class ServiceFlavor(_Model):
     command: tuple[str, ...] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     volumes: tuple[Volume, ...] = ()
-    memory: str | None = Field(default=None, pattern=r"^\d+[kmg]$")
+    memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmg]$")
 
 
 class Service(_Model):
@@ -181,7 +181,7 @@ class Service(_Model):
     command: tuple[str, ...] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     volumes: tuple[Volume, ...] = ()
-    memory: str | None = Field(default=None, pattern=r"^\d+[kmg]$")
+    memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmg]$")
     user: str | None = None
     tmpfs: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # network aliases on the site's private network
@@ -251,7 +251,7 @@ class Probe(_Model):
     kind: Literal["http", "login", "exec"] = "http"
     service: str | None = None  # default: entry service
     path: str = "/"
-    expect_status: tuple[int, ...] = (200,)
+    expect_status: tuple[Annotated[int, Field(ge=100, le=599)], ...] = (200,)  # HTTP status codes
     expect_text: str | None = None
     expect_json_key: str | None = None
     same_host: bool = False  # the final URL (after redirects) stays on the public host:port
@@ -497,7 +497,7 @@ def _describe(err: dict[str, Any]) -> str:
         return msg.removeprefix("Value error, ")
     got = err.get("input")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-    return f"{msg.lower()} (got {shown})"
+    return f"{msg[:1].lower()}{msg[1:]} (got {shown})"  # only the first letter: 'GET' stays 'GET'
 
 
 # DESIGN.md decision 2: a flavor overrides only a service's image, build and memory and the site's

@@ -1,0 +1,156 @@
+"""Soak (issue #14): logins and page loads through the front proxy on reddit for 60 s while
+``reset reddit`` runs in a loop (spare swaps, background refills, recreates when no spare is ready).
+
+Counted: requests, failed requests (HTTP >= 500, connection errors, a login that does not log in)
+and hung requests (> 10 s). Asserted: none hung, and every failure overlaps a reset (the swap
+window: from the start of a reset to its end, plus one second of slack for nginx's graceful reload).
+The figures are printed (run with -s) for the closing note.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+
+from envctl.catalog import load_catalog
+from envctl.images.build import build_for_sites
+from envctl.lab import Lab
+from envctl.provision import docker as dk
+
+pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
+INSTANCE, OFFSET = "ftsoak", 45000
+LOAD_SECONDS = 60
+HUNG = 10.0
+SLACK = 1.0
+USER, PASSWORD = "MarvelsGrantMan136", "test1234"
+
+
+def replenishers() -> list[int]:
+    """Detached 'envctl _replenish' processes of this instance (started by our resets)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"_replenish" in argv and INSTANCE.encode() in argv:
+            pids.append(int(d.name))
+    return pids
+
+
+def remove_images(instance: str) -> None:
+    """The golden images and snapshots this instance made (labelled with it): leave nothing behind."""
+    for _ in range(3):  # newest first, so children go before their parents; a commit killed mid-way adds some
+        ids = subprocess.run(["docker", "images", "-a", "-q", "--filter", f"label=envctl.instance={instance}"],
+                             capture_output=True, text=True).stdout.split()
+        if not ids:
+            return
+        for image in dict.fromkeys(ids):
+            subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
+    cat = load_catalog()
+    build_for_sites(cat, ["reddit"], "mini")
+    lab = Lab(cat, instance=INSTANCE, auth_dir=tmp_path_factory.mktemp("auth"))
+    lab.down(volumes=True)
+    res = lab.up(["reddit"], flavor="mini", port_offset=OFFSET, login=False)
+    assert res.ok, [s.error for s in res.sites if not s.ok]
+    lab.replenish("reddit", 1)
+    yield lab
+    deadline = time.monotonic() + 90  # let the background refill finish, so 'down' leaves nothing behind
+    while replenishers() and time.monotonic() < deadline:
+        time.sleep(1)
+    for pid in replenishers():
+        os.kill(pid, 9)
+    lab.down(volumes=True)
+    for c in dk.containers(instance=INSTANCE):
+        dk.remove([c.name])
+    remove_images(INSTANCE)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, float, float, str]] = []  # kind, start, end, problem ('' = ok)
+
+    def add(self, kind: str, start: float, problem: str) -> None:
+        with self.lock:
+            self.requests.append((kind, start, time.monotonic(), problem))
+
+
+def client(base: str, rec: Recorder, stop: threading.Event, n: int) -> None:
+    pages = ["/", "/forums", "/f/books", "/login"]
+    i = 0
+    while not stop.is_set():
+        i += 1
+        s = requests.Session()
+        t = time.monotonic()
+        try:  # a login: the form post, then the front page must show the user
+            r = s.post(f"{base}/login_check", data={"_username": USER, "_password": PASSWORD}, timeout=HUNG + 5)
+            problem = f"HTTP {r.status_code}" if r.status_code >= 500 else \
+                "login did not log in" if r.url.rstrip("/").endswith("/login") else ""
+        except requests.RequestException as exc:
+            problem = type(exc).__name__
+        rec.add("login", t, problem)
+        for path in pages[(i + n) % len(pages):] + pages[:(i + n) % len(pages)]:
+            if stop.is_set():
+                break
+            t = time.monotonic()
+            try:
+                r = s.get(f"{base}{path}", timeout=HUNG + 5)
+                problem = f"HTTP {r.status_code}" if r.status_code >= 500 else ""
+            except requests.RequestException as exc:
+                problem = type(exc).__name__
+            rec.add("page", t, problem)
+
+
+def test_logins_and_pages_while_resetting(lab):
+    base = lab.settings().deployment.url(lab.catalog.site("reddit"))
+    rec = Recorder()
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(base, rec, stop, n), daemon=True) for n in range(3)]
+    windows: list[tuple[float, float, str, bool]] = []
+    for t in threads:
+        t.start()
+    start = time.monotonic()
+    while time.monotonic() - start < LOAD_SECONDS:
+        t0 = time.monotonic()
+        [r] = lab.reset(["reddit"])
+        windows.append((t0, time.monotonic(), r.tier, r.ok))
+        time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join(HUNG + 10)
+    assert not any(t.is_alive() for t in threads), "a client thread is still stuck in a request"
+
+    reqs = rec.requests
+    failed = [q for q in reqs if q[3]]
+    hung = [q for q in reqs if q[2] - q[1] > HUNG]
+    outside = [q for q in failed
+               if not any(q[1] <= w_end + SLACK and q[2] >= w_start - SLACK for w_start, w_end, _, _ in windows)]
+    tiers: dict[str, int] = {}
+    for w in windows:
+        tiers[w[2]] = tiers.get(w[2], 0) + 1
+    durations = sorted(q[2] - q[1] for q in reqs)
+    p95 = durations[int(len(durations) * 0.95)] if durations else 0.0
+    swap_time = sum(w[1] - w[0] for w in windows)
+    print(f"\nsoak {LOAD_SECONDS}s on reddit: {len(reqs)} requests ({sum(q[0] == 'login' for q in reqs)} logins), "
+          f"{len(failed)} failed, {len(hung)} hung (> {HUNG:.0f}s), {len(outside)} failures outside a reset; "
+          f"p95 {p95:.3f}s, max {durations[-1] if durations else 0:.3f}s; {len(windows)} resets "
+          f"({', '.join(f'{k}={v}' for k, v in sorted(tiers.items()))}; all ok: {all(w[3] for w in windows)}), "
+          f"reset time {swap_time:.1f}s of {LOAD_SECONDS}s")
+    for q in failed[:10]:
+        print(f"  failed {q[0]} at +{q[1] - start:.2f}s after {q[2] - q[1]:.2f}s: {q[3]}")
+    assert reqs and all(w[3] for w in windows), windows
+    assert not hung, hung[:5]
+    assert not outside, outside[:5]
