@@ -77,6 +77,10 @@ class EnvctlGroup(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary for unexpected errors
+            if "Cannot connect to the Docker daemon" in str(exc):  # the engine went away mid-command
+                click.echo("error: the Docker engine stopped answering; start it (sudo scripts/docker-engine.sh) "
+                           "and run the command again: the next command repairs what was half-done", err=True)
+                sys.exit(1)
             from envctl.locks import write_debug_log
 
             log = write_debug_log(traceback.format_exc())  # <state dir>/debug.log, 0600, no symlinks
@@ -198,8 +202,12 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
     """Check this machine for 'envctl up': engine, storage driver, disk, RAM, ports, images, browser."""
     from envctl.doctor import run_doctor
     from envctl.render import emit_json, table
+    from envctl.validate import validate_host, validate_port_offset
 
-    report = run_doctor(ctx.catalog, _sites(ctx, site_names), flavor=flavor or "full", port_offset=port_offset,
+    names = _sites(ctx, site_names)
+    validate_host(bind, "--bind")
+    validate_port_offset(port_offset, [p for n in ctx.catalog.resolve(names) for p in ctx.catalog.site(n).public_ports().values()])
+    report = run_doctor(ctx.catalog, names, flavor=flavor or "full", port_offset=port_offset,
                         bind=bind)
     if as_json:
         emit_json(report)
@@ -708,20 +716,24 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
     with --instances N, also leases of isolated instances (POST /leases, GET /metrics)."""
     from envctl.serve import make_pool
     from envctl.serve import serve as make
-
     from envctl.validate import validate_host, validate_port_offset
+
+    from envctl.validate import validate_token
 
     port = port or ctx.catalog.reset_server.port
     validate_host(host, "--bind")
     validate_port_offset(port_offset, [port])
+    if token is not None:
+        validate_token(token)
+    names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
+    pool_site_names = ctx.catalog.resolve(names) if names else None
     lab = ctx.lab(instance)
     if lab.settings() is None and instances is None:
         raise EnvctlError(f"instance '{instance}' does not exist on this Docker engine",
                           "start it with 'envctl up' before serving its resets, or serve a pool with --instances N")
     pool = None
     if instances is not None:
-        names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
-        pool = make_pool(lab, instances, flavor=flavor, sites=ctx.catalog.resolve(names) if names else None,
+        pool = make_pool(lab, instances, flavor=flavor, sites=pool_site_names,
                          spares=spares, heal_after=heal_after, base_offset=base_offset,
                          say=lambda m: click.echo(m, err=True))
     server = make(lab, host, port + port_offset, token, pool=pool)
@@ -869,6 +881,9 @@ def cloud_reset(lab: str, site_names: tuple[str, ...], as_json: bool) -> None:
     from envctl import cloud as cloudlab
     from envctl.render import emit_json
 
+    ctx_obj = click.get_current_context().find_object(Ctx)
+    if site_names and ctx_obj is not None:
+        ctx_obj.catalog.resolve(list(site_names))  # a typo is refused here, not on every host
     res = cloudlab.reset(lab, list(site_names))
     if as_json:
         emit_json({"lab": lab, "failures": [asdict(f) for f in res.failures]})

@@ -367,13 +367,13 @@ class Lab:
     def login_report(self, sites: list[str] | None = None, *, out: str | Path | None = None,
                      check_only: bool = False, max_age: str | float | None = None) -> Report:
         """Log in (or, with ``check_only``, probe the existing files); one result per state file."""
+        if isinstance(max_age, str):
+            max_age = validate_duration(max_age, "--max-age")
         if self.settings() is None:
             raise NoSuchInstance(self.instance)
         target = Target.of_lab(self, out)
         if check_only:
             return check(target, sites)
-        if isinstance(max_age, str):
-            max_age = validate_duration(max_age, "--max-age")
         return log_in(target, sites, max_age=max_age)
 
     def _seed_logins(self, sites: list[str], progress: Progress) -> list[str]:
@@ -405,6 +405,8 @@ class Lab:
     def reset(self, sites: list[str] | None = None, *, all_sites: bool = False, tier: str | None = None,
               wait: bool = True, progress: Progress = _noop, replenish_async: bool = True) -> list[ResetResult]:
         """Reset sites to their pristine state (fastest tier first), each ending verified."""
+        if sites:
+            self.catalog.resolve(sites)  # a typo is a usage error before anything else
         inst = self.running()
         names = self._up_sites(inst, sites, all_sites)
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
@@ -416,6 +418,7 @@ class Lab:
         return resets.verify(self.running(), site)
 
     def replenish(self, site: str, want: int | None = None, progress: Progress = _noop) -> list[str]:
+        self.catalog.site(site)
         return resets.replenish(self.running(), self.logins, site, want, progress)
 
     def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop) -> SnapshotResult:
@@ -579,14 +582,17 @@ class Lab:
 
     # -- debugging -------------------------------------------------------------------------------
     def container(self, site: str, service: str | None = None) -> str:
-        inst = self.running()
         s = self.catalog.site(site)
+        svc = s.entry if service is None else service
+        if svc not in s.services:
+            raise UsageError(f"site '{site}' has no service '{svc}'", f"services: {', '.join(s.services)}")
+        inst = self.running()
         copy = inst.active_copy(site, inst.table())
         if copy is None:
             raise SiteNotUp(site, self.instance)
-        svc = service or s.entry
         if svc not in copy.containers:
-            raise UsageError(f"site '{site}' has no service '{svc}'", f"services: {', '.join(copy.containers)}")
+            raise UsageError(f"site '{site}' has no service '{svc}' in flavor {inst.flavor}",
+                             f"services: {', '.join(copy.containers)}")
         return copy.containers[svc].name
 
     def logs(self, site: str, *, service: str | None = None, tail: int = 100) -> str:
