@@ -44,6 +44,8 @@ bench: images
 	$(VENV)/bin/python bench/reset.py
 	$(VENV)/bin/python bench/login.py
 	$(VENV)/bin/python bench/fetch.py
+	$(VENV)/bin/python bench/full_reset.py
+	$(VENV)/bin/python bench/leases.py
 
 clean:
 	-$(ENVCTL) down --instance default

@@ -422,6 +422,11 @@ class Catalog(_Model):
     def flavors(self) -> list[str]:
         return sorted({f for s in self.sites.values() for f in s.flavors})
 
+    def mirrors(self) -> list[str]:
+        """Every mirror name any artifact lists (what 'images get --mirror' accepts)."""
+        return sorted({src.mirror for s in self.sites.values() for f in s.flavors.values()
+                       for a in f.artifacts for src in a.sources})
+
     def placeholders(self) -> dict[str, str]:
         """Task-config placeholders (``__SHOPPING_ADMIN__``) -> the harness variable each stands for:
         one per site, its first WebArena (else VisualWebArena) variable. Longest first, so that

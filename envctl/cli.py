@@ -124,6 +124,13 @@ def flavor_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         )(fn)
 
 
+def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """click.FloatRange lets NaN through (every comparison with it is False)."""
+    if value is not None and value != value:
+        raise click.BadParameter(f"{value} is not a number")
+    return value
+
+
 def auth_dir_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--auth-dir", default=None, help="where login state files go [.auth]")(fn)
 
@@ -283,6 +290,14 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
     if site_names and all_sites:
         raise UsageError("name sites or pass --all, not both", "e.g. 'envctl images get shopping' or '--all'")
     names = ctx.catalog.resolve(list(site_names) or None, all_sites=all_sites)
+    if mirror is not None:
+        known = ctx.catalog.mirrors()
+        if mirror not in known:
+            raise UsageError(f"unknown mirror '{mirror}'", f"choose one of {', '.join(known)}")
+    if registry_mirror is not None:
+        from envctl.validate import validate_registry_mirror
+
+        validate_registry_mirror(registry_mirror)
     with TransferProgress(json_events=as_json) as progress:
         results = get_images(ctx.catalog, names, flavor=flavor or "full", mirror=mirror, keep_archive=keep_archive,
                              jobs=jobs, progress=progress,
@@ -341,7 +356,10 @@ def images_import(file: str, tag: str | None, as_json: bool) -> None:
     """Load an image file written by 'images export' (checked against FILE.sha256 when present)."""
     from envctl.images import import_image
     from envctl.render import emit_json
+    from envctl.validate import validate_image_ref
 
+    if tag is not None:
+        validate_image_ref(tag, "--tag")
     res = import_image(Path(file), tag=tag)
     if as_json:
         return emit_json(asdict(res))
@@ -703,7 +721,7 @@ def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str, as_json: b
 @flavor_option
 @click.option("--sites", "pool_sites", default=None, help="comma-separated sites of the pool's instances [all]")
 @click.option("--spares", type=click.IntRange(0, 8), default=None, help="spares per site on the pool's instances")
-@click.option("--heal-after", type=click.FloatRange(1, 86400), default=60.0, show_default=True,
+@click.option("--heal-after", type=click.FloatRange(1, 86400), default=60.0, show_default=True, callback=_finite,
               help="seconds a site may fail its probes before it is replaced")
 @click.option("--base-offset", type=click.IntRange(0, 60000), default=10000, show_default=True,
               help="the pool's instances get free port offsets from here, in steps of 1000")
@@ -944,9 +962,10 @@ def _lease_call(method: str, url: str, body: dict[str, Any] | None = None, timeo
 
 @lease.command("acquire")
 @click.option("--sites", default=None, help="comma-separated sites the lease needs [all of the instance's]")
-@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=600.0, show_default=True,
+@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=600.0, show_default=True, callback=_finite,
               help="seconds until the lease expires unless its heartbeat extends it")
-@click.option("--wait", type=click.FloatRange(0, 3600), default=0.0, help="wait up to this many seconds for a free instance")
+@click.option("--wait", type=click.FloatRange(0, 3600), default=0.0, callback=_finite,
+              help="wait up to this many seconds for a free instance")
 @click.option("--holder", default="", help="who holds the lease (shown by 'lease list')")
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "browsergym"]), default="shell", show_default=True)
 @click.option("--out", default=None, help="also write the login state files (storage_state) into this folder")
@@ -960,7 +979,10 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, holder: str, fmt: 
 
     from envctl.locks import write_private
 
-    names = [n.strip() for n in (sites or "").split(",") if n.strip()]
+    names = [n for n in (sites or "").split(",") if n]
+    ctx_obj = click.get_current_context().find_object(Ctx)
+    if names and ctx_obj is not None:
+        ctx_obj.catalog.resolve(names)  # a typo is refused before the server is asked
     data = _lease_call("POST", f"{_lease_server(instance)}/leases",
                        {"sites": names or None, "ttl": ttl, "wait": wait, "holder": holder or f"cli pid {os.getpid()}"},
                        timeout=wait + 900)

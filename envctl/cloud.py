@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from envctl.auth import parse_duration
 from envctl.catalog import load_catalog
 from envctl.errors import UsageError
+from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
+                             validate_lab_name)
 from envctl.provision import ec2 as ec2mod
 from envctl.provision import lab as labmod
 from envctl.provision.lab import LabManifest, LabStatus, down, env, reset, status
@@ -23,11 +24,8 @@ __all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "
 
 
 def ttl_minutes(text: str) -> int:
-    """'8h' -> 480; at least one minute."""
-    try:
-        return max(1, int(parse_duration(text) // 60))
-    except ValueError as exc:
-        raise UsageError(f"invalid --ttl '{text}': {exc}", "use e.g. 90m, 8h or 2d") from None
+    """'8h' -> 480: between one minute and a week."""
+    return validate_duration(text, "--ttl", minimum=60, maximum=7 * 86400) // 60
 
 
 def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: str = "t3a.xlarge",
@@ -37,16 +35,21 @@ def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: st
        progress: Callable[[str], None] = lambda _m: None) -> tuple[LabManifest, Any]:
     """Create the hosts (or take ``inventory_file``), prepare them with Ansible, run envctl up + serve on each.
 
-    Returns the lab's manifest and the play's result (its ``failures`` name each host that failed)."""
+    Returns the lab's manifest and the play's result (its ``failures`` name each host that failed).
+    Every value is checked before anything is created or written."""
+    validate_lab_name(lab)
+    minutes = ttl_minutes(ttl)
     if inventory_file:
         return labmod.up_inventory(lab, inventory_file=Path(inventory_file), flavor=flavor, sites=sites,
                                    images_url=images_url, progress=progress)
+    validate_ec2_inputs(instance_type, ami, key_name, images_url)
+    allow_cidrs = validate_allowed_cidrs(allow_cidrs, allow_world=allow_world)
     if not region:
         raise UsageError("no AWS region given", "pass --region (e.g. us-east-2) or set AWS_REGION")
     sizing = labmod.lab_sizing(None if sites == "all" else sites.split(","), flavor, ami=ami,
                                extra_ports=(load_catalog().reset_server.port,))
     spec = ec2mod.Ec2LabSpec(lab=lab, region=region, hosts=hosts, instance_type=instance_type, ami=ami,
                              ports=sizing.ports, allow_cidrs=tuple(allow_cidrs), allow_world=allow_world,
-                             key_name=key_name, spot=spot, ttl_minutes=ttl_minutes(ttl),
+                             key_name=key_name, spot=spot, ttl_minutes=minutes,
                              root_gb=sizing.root_gb, data_gb=sizing.data_gb)
     return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, progress=progress)

@@ -463,6 +463,7 @@ class Lab:
               progress: Callable[[TaskResult], None] | None = None,
               announce: Callable[[str], None] = lambda _m: None) -> SmokeResult:
         """Seed logins, run the reference (or LLM) agent through ``task_set``, score it, reset between tasks."""
+        load_task_set(task_set)  # a missing or malformed task set is named before anything else
         up = self.sites_up()
         if not up:
             raise UsageError(f"instance '{self.instance}' has no site up", "run 'envctl up --flavor mini' first")

@@ -31,7 +31,7 @@ def lock_dir() -> Path:
                              f"remove it (rm {base}) or set ENVCTL_STATE_DIR to a directory you own")
     if st.st_uid != os.getuid():
         raise UnsafeStateDir(f"envctl's state directory {base} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})",
-                             f"remove it, or set ENVCTL_STATE_DIR to a directory you own (e.g. ~/.local/state/envctl)")
+                             "remove it, or set ENVCTL_STATE_DIR to a directory you own (e.g. ~/.local/state/envctl)")
     if not explicit and stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(base, 0o700)  # ours, but readable by others: tighten it
     return base

@@ -208,3 +208,42 @@ __all__ = [
     "validate_duration", "validate_host", "validate_instance_name", "validate_lab_name", "validate_name",
     "validate_port", "validate_port_offset", "validate_token",
 ]
+
+
+# host[:port][/path], as Docker writes a registry (no scheme: it is prefixed to image references)
+_REGISTRY = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?(?:/[a-z0-9._-]+)*")
+# name[:tag], Docker's grammar in short: lower-case path components, a tag of word characters
+_IMAGE_REF = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+
+
+def validate_registry_mirror(value: str, what: str = "--registry-mirror") -> str:
+    """A registry mirror: ``host[:port][/prefix]``, e.g. ``mirror.example.org:5000/dockerhub``."""
+    if not isinstance(value, str) or not _REGISTRY.fullmatch(value) or not value.isascii():
+        raise UsageError(f"invalid {what} {_show(value)}",
+                         "give host[:port][/prefix], e.g. 127.0.0.1:5000 or mirror.example.org/dockerhub (no scheme)")
+    return value
+
+
+def validate_image_ref(value: str, what: str = "image") -> str:
+    """An image reference ``name[:tag]`` (e.g. ``shopping_final_0712:latest``)."""
+    if not isinstance(value, str) or len(value) > 255 or not _IMAGE_REF.fullmatch(value):
+        raise UsageError(f"invalid {what} {_show(value)}", "give an image name with an optional tag, e.g. myimage:1")
+    return value
+
+
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+_AMI = re.compile(r"webarena|ubuntu|ami-[0-9a-f]{8,17}")
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+
+
+def validate_ec2_inputs(instance_type: str, ami: str, key_name: str | None, images_url: str) -> None:
+    """``cloud up``'s EC2 values, before any call to AWS or any file is written."""
+    if not _INSTANCE_TYPE.fullmatch(instance_type or ""):
+        raise UsageError(f"invalid --instance-type {_show(instance_type)}", "give an EC2 type such as t3a.xlarge")
+    if not _AMI.fullmatch(ami or ""):
+        raise UsageError(f"invalid --ami {_show(ami)}", "give webarena, ubuntu or an AMI id (ami-0123456789abcdef0)")
+    if key_name is not None and not _KEY_NAME.fullmatch(key_name):
+        raise UsageError(f"invalid --key-name {_show(key_name)}", "give the name of an EC2 key pair (no '/' or spaces)")
+    if images_url and not re.fullmatch(r"(https?|s3)://[^\s\"'<>]+", images_url):
+        raise UsageError(f"invalid --images-url {_show(images_url)}", "give an http(s):// or s3:// URL")

@@ -193,33 +193,10 @@ OVERRIDES: dict[tuple[tuple[str, ...], str], tuple[st.SearchStrategy[str], tuple
 _LATE = "the bad value is checked only after the instance lookup: 'instance ... does not exist' (exit 1) names " \
         "another problem; on a running instance the command gets further. envctl/cli.py must check it first"
 KNOWN_GAPS: dict[tuple[tuple[str, ...], str], str] = {
-    (("images", "get"), "mirror"): "nosuchmirror -> exit 0 when no selected artifact has sources (homepage, mini): "
-                                   "images/get.py checks the mirror per artifact only",
-    (("images", "get"), "registry_mirror"): "mirror;id -> exit 0: the registry mirror is validated only when a "
-                                            "registry pull happens (images/registry.py mirror_setting)",
-    (("images", "import"), "tag"): "a b -> 'docker load' runs first (exit 1 about the archive): --tag is not "
-                                   "validated before the load (images/load.py import_image)",
-    (("smoke",), "task_set"): "nosuch-set -> 'instance ... has no site up' first; the task set is read later "
-                              "(lab.py smoke)",
-    (("cloud", "up"), "instance_type"): "../x -> not validated: reaches EC2 (exit 1 about the endpoint), and the "
-                                        "lab manifest is written (provision/lab.py up_ec2)",
-    (("cloud", "up"), "key_name"): "a/b -> not validated before EC2 calls (provision/ec2.py ensure_key_pair)",
-    (("cloud", "up"), "images_url"): "not a url -> not validated before EC2 calls (cloud.py up)",
-    (("cloud", "up"), "ami"): "ubuntu; id -> refused (exit 2) but only after labs/<lab>.json and its token were "
-                              "written: provision/lab.py up_ec2 resolves the AMI inside the try whose finally saves "
-                              "the manifest",
-    (("lease", "acquire"), "sites"): "shoping -> 'no lease server runs for pool ...' first: the sites are checked "
-                                     "by the server, not before the call (cli.py lease acquire)",
 }
 
 # Single values known to get through where the rest of the parameter's bad values are refused.
 KNOWN_GAP_VALUES: dict[tuple[tuple[str, ...], str, str], str] = {
-    (("serve",), "heal_after", "nan"): "accepted: click.FloatRange lets NaN through (every comparison is False); "
-        "cli.py needs a callback refusing NaN",
-    (("lease", "acquire"), "wait", "nan"): "accepted: click.FloatRange lets NaN through (cli.py lease acquire)",
-    (("lease", "acquire"), "ttl", "nan"): "accepted: click.FloatRange lets NaN through (cli.py lease acquire)",
-    (("cloud", "up"), "ttl", "8 h"): "accepted (reaches EC2): cloud.py ttl_minutes parses with auth.parse_duration "
-        "(spaces, floats, '1.5h') instead of validate.validate_duration",
 }
 
 
