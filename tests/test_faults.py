@@ -216,6 +216,7 @@ def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
         while time.monotonic() < deadline:
             try:
                 if requests.get(f"http://127.0.0.1:{PROXY_PORT}/", timeout=2).status_code == 200:
+                    time.sleep(1.0)  # nginx's old workers (the table before this route) drain after the reload
                     return name
             except requests.RequestException:
                 pass

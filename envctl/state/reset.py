@@ -29,6 +29,7 @@ import requests
 from envctl.auth import Target, login_sites
 from envctl.errors import EnvctlError, ResetFailed, SiteNotUp, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint, diff, mismatch
+from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
 from envctl.locks import lock_dir, locked
 from envctl.provision.local import Copy, mask
@@ -103,7 +104,9 @@ def _verified(inst: Instance, copy: Copy, pristine: Fingerprint | None, phases: 
     """'' when ``copy`` (routed) passes its probes on the public URL and matches ``pristine``, else why not."""
     t = time.monotonic()
     try:
-        ok, results = inst.probe(copy.site)
+        # Right after a route change nginx's old workers may answer a few requests with the old
+        # table (a removed backend: 502): give the graceful reload a few seconds before failing.
+        ok, results = wait_for(lambda: inst.probe(copy.site), timeout=10, cancel=inst.cancel)
         if not ok:
             bad = next(r for r in results if not r.ok)
             return f"probe '{bad.name}' failed: {bad.detail}"
