@@ -195,8 +195,8 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
         return []
     try:
         cleanup_strays(inst, logins, site)
-        if want is None:  # the instance's setting ('up --spares K'), else the catalog's reset.spares
-            want = inst.table().wanted.get(site, inst.catalog.site(site).reset.spares)
+        if want is None:  # the instance's setting ('up --spares K')
+            want = inst.table().wanted.get(site, 0)
         booted = []
         while len(inst.table().spares.get(site, [])) < want:
             cleanup_strays(inst, logins, site)  # resets since the last pass left dirty copies
