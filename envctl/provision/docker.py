@@ -123,7 +123,14 @@ def containers(**labels: str) -> list[Container]:
     filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.instance")]
     for attempt in range(5):
         try:
-            return docker.container.list(all=True, filters=filters)
+            found = []
+            for c in docker.container.list(all=True, filters=filters):
+                try:
+                    c.name  # inspect now: a container removed since the listing is left out
+                except NoSuchContainer:
+                    continue
+                found.append(c)
+            return found
         except NoSuchContainer:
             # listed, then removed (e.g. by a background replenisher) before it was inspected
             if attempt == 4:
