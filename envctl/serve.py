@@ -3,7 +3,8 @@
 - ``GET /reset``  -> a reset of every site that is up, answered (200 "Reset initiated") once it has ended,
   so BrowserGym's ``full_reset()``, which waits for this answer without a timeout and then asks
   ``/status`` at once, returns as soon as the sites are pristine instead of a 20 s poll later;
-  418 while one runs. ``GET /reset?wait=0`` answers at once and resets in the background.
+  418 while one runs. By default it answers at once and resets in the background; ``GET /reset?wait=1``
+  answers when the reset has ended.
 - ``GET /status`` -> 200 "Ready for duty!" when idle, 200 "Reset ongoing" while running,
   500 with the error when the last reset failed.
 - ``POST /reset/<site>`` -> the site's reset, synchronously, as JSON.
@@ -246,7 +247,7 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
                 return
             if path == "/reset":
                 if service.start_full_reset():
-                    if parse_qs(urlparse(self.path).query).get("wait", ["1"])[0] != "0":
+                    if parse_qs(urlparse(self.path).query).get("wait", ["0"])[0] == "1":
                         service.done.wait(FULL_RESET_WAIT)  # the reset itself is bounded by the sites' deadlines
                     self._send(200, "Reset initiated")
                 else:
