@@ -9,6 +9,7 @@ docker.io ships no buildx plugin; BuildKit is not needed for these small images.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,19 @@ HERE = Path(__file__).resolve().parent
 MINI_DIR = HERE / "mini"
 MINI_VERSION = "1"
 BASE_IMAGE = "debian:bookworm-slim"
-PROXY_IMAGE = "envctl/proxy:1"
 PROXY_DIR = HERE / "proxy"
+
+
+def _context_tag(directory: Path) -> str:
+    """A tag naming the build context's content, so a changed context is never mistaken for a built one."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in directory.rglob("*") if p.is_file()):
+        h.update(f.relative_to(directory).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+# The proxy image is found by tag only (built when missing), so its tag follows its content.
+PROXY_IMAGE = f"envctl/proxy:{_context_tag(PROXY_DIR)}"
 
 
 @dataclass(frozen=True)
