@@ -92,6 +92,7 @@ class RunSpec:
     stop_timeout: int | None = None
     network_aliases: list[str] = field(default_factory=list)
     restart: str = "no"
+    sysctls: dict[str, str] = field(default_factory=dict)  # namespaced kernel settings (net.*)
 
 
 @_wrap
@@ -113,6 +114,7 @@ def run(spec: RunSpec) -> Container:
         user=spec.user,
         stop_timeout=spec.stop_timeout,
         restart=spec.restart,
+        sysctl=spec.sysctls,
         pull="never",
     )
 
