@@ -522,8 +522,8 @@ FLAVOR_OVERRIDE_ALLOWLIST = frozenset({
     # so the mini image, without it, is told by its command.
     *(f"sites.map.services.{svc}.flavors.{flavor}.command"
       for svc in ("osrm_car", "osrm_bike", "osrm_foot") for flavor in ("full", "mini")),
-    # The mini frontend renders search and directions server-side, so it calls the backends on the
-    # private network; upstream's browser-side calls use the public URLs the configure seds write.
+    # The mini frontend renders directions server-side, so it calls OSRM on the private network;
+    # upstream's browser calls OSRM on the public URL the configure step writes.
     "sites.map.services.web.flavors.mini.env",
 })
 

@@ -123,10 +123,16 @@ def test_classifieds_and_map_steps(cat):
     assert rendered(cat, "classifieds") == [
         ["mysql", "-u", "root", "-ppassword", "osclass", "-e", "source docker-entrypoint-initdb.d/osclass_craigslist.sql"]]
     m = rendered(cat, "map", "mini")
-    assert m[0] == ["sed", "-i", f"s|http://ogma.lti.cs.cmu.edu:8080|http://{HOST}:8080|g",
+    assert m[0] == ["sed", "-i", f"s#https\\?://[^/'\"]*/tile/#http://{HOST}:8080/tile/#g",
                     "/app/vendor/assets/leaflet/leaflet.osm.js"]
-    assert m[1][2] == f"s|metis.lti.cs.cmu.edu:8085|{HOST}:8085|g"
-    assert m[2][2] == f"s|metis.lti.cs.cmu.edu:|{HOST}:|g"
+    assert m[1] == ["grep", "-qF", f"http://{HOST}:8080/tile/", "/app/vendor/assets/leaflet/leaflet.osm.js"]
+    # Nominatim is called by the web server: its private alias, not the public host
+    assert m[2][2] == 's#^nominatim_url:.*#nominatim_url: "http://nominatim:8080/"#'
+    assert m[3][:3] == ["grep", "-qxF", 'nominatim_url: "http://nominatim:8080/"']
+    assert m[4][2] == f"s|metis.lti.cs.cmu.edu:|{HOST}:|g"
+    assert m[5][2] == f's#^fossgis_osrm_url:.*#fossgis_osrm_url: "http://{HOST}:"#'
+    assert m[6][:3] == ["grep", "-qxF", f'fossgis_osrm_url: "http://{HOST}:"']
+    assert cat.site("map").services["nominatim"].aliases == ("nominatim",)
 
 
 def test_login_contracts(cat):

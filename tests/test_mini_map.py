@@ -1,7 +1,8 @@
 """Mini map: tile/Nominatim/OSRM stand-ins and the openstreetmap-website stand-in on a test network.
 
-The frontend reaches the backends through network aliases (``*_INTERNAL_URL``); the tests reach every
-container only through ports published on 127.0.0.1.
+The frontend reaches Nominatim through the URL the catalog's configure step writes (the ``nominatim``
+alias) and OSRM through ``OSRM_*_INTERNAL_URL``; the tests reach every container only through ports
+published on 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from conftest import Containers, wait_http
 pytestmark = [pytest.mark.docker, pytest.mark.mini]
 
 TILE, NOMINATIM, OSRM = 18160, 18161, {"car": 18162, "bike": 18163, "foot": 18164}
-WEB, WEB_CONFIGURED, WEB_FALLBACK = 18165, 18166, 18167
+WEB, WEB_CONFIGURED, WEB_FALLBACK, WEB_FALLBACK_DEFAULTS = 18165, 18166, 18167, 18175
 CMU = (40.4441897, -79.9427192)
 MUSIC_HALL = (40.4437480, -79.9504070)
 
@@ -41,9 +42,10 @@ class MapStack:
 def _run_web(c: Containers, image: str, network: str, port: int, internal: bool) -> str:
     env = {}
     if internal:
-        env = {"NOMINATIM_INTERNAL_URL": "http://nominatim:8080",
-               **{f"OSRM_{v.upper()}_INTERNAL_URL": f"http://osrm-{v}:5000" for v in OSRM}}
+        env = {f"OSRM_{v.upper()}_INTERNAL_URL": f"http://osrm-{v}:5000" for v in OSRM}
     name = c.run(image, ports={3000: port}, env=env, network=network)
+    if internal:  # the geocoding URL as the catalog's configure step writes it (server-side call)
+        c.exec(name, "sed", "-i", 's#^nominatim_url:.*#nominatim_url: "http://nominatim:8080/"#', "/app/config/settings.yml")
     wait_http(MapStack.url(port, "/"), timeout=30, ok=lambda r: r.status_code == 200, logs=lambda: c.logs(name))
     return name
 
@@ -201,7 +203,8 @@ def _osm_js(port: int) -> str:
 
 
 def test_frontend_defaults_are_upstreams(stack: MapStack) -> None:
-    js = _osm_js(WEB)
+    _run_web(stack.containers, "envctl-mini/map-web:1", stack.network, WEB_FALLBACK_DEFAULTS, internal=False)
+    js = _osm_js(WEB_FALLBACK_DEFAULTS)
     assert '"NOMINATIM_URL": "http://metis.lti.cs.cmu.edu:8085/"' in js
     assert '"FOSSGIS_OSRM_URL": "http://metis.lti.cs.cmu.edu:"' in js
     home = requests.get(stack.url(WEB, "/"), timeout=10).text
@@ -249,26 +252,44 @@ def _sed(stack: MapStack, name: str, expr: str, path: str) -> None:
     stack.containers.exec(name, "sed", "-i", expr, path)
 
 
-def test_upstream_sed_steps_reconfigure_without_restart(stack: MapStack) -> None:
+def _configure(stack: MapStack, name: str, host: str) -> None:
+    """Run the catalog's map configure steps in ``name`` as 'envctl up' would for ``host`` (tile on TILE)."""
+    from envctl.catalog import Deployment, Renderer, load_catalog
+
+    cat = load_catalog()
+    r = Renderer(cat, "map", Deployment(host, port_offset=TILE - 8080))
+    for step in cat.site("map").steps("mini"):
+        stack.containers.exec(name, *r.argv(step.run))  # check=True: a failing step (a check) fails
+
+
+def test_catalog_configure_steps_reconfigure_without_restart(stack: MapStack) -> None:
     name = stack.configured
-    _sed(stack, name, f"s|http://ogma.lti.cs.cmu.edu:8080|http://127.0.0.1:{TILE}|g",
-         "/app/vendor/assets/leaflet/leaflet.osm.js")
-    _sed(stack, name, f"s|metis.lti.cs.cmu.edu:8085|127.0.0.1:{NOMINATIM}|g", "/app/config/settings.yml")
-    _sed(stack, name, "s|metis.lti.cs.cmu.edu:|127.0.0.1:|g", "/app/config/settings.yml")
+    _configure(stack, name, "other.example")  # a first configure for another public host ...
+    _configure(stack, name, "127.0.0.1")  # ... is rewritten by the next one (the steps match any host)
     js = _osm_js(WEB_CONFIGURED)
-    assert f'"NOMINATIM_URL": "http://127.0.0.1:{NOMINATIM}/"' in js
+    assert '"NOMINATIM_URL": "http://nominatim:8080/"' in js  # server-side: the private alias
     assert '"FOSSGIS_OSRM_URL": "http://127.0.0.1:"' in js
     assert f'"TILE_URL": "http://127.0.0.1:{TILE}/tile/{{z}}/{{x}}/{{y}}.png"' in js
+    assert "other.example" not in js
     home = requests.get(stack.url(WEB_CONFIGURED, "/"), timeout=10).text
     srcs = re.findall(r'<img class="leaflet-tile" src="([^"]+)"', home)
     assert len(srcs) == 9 and all(s.startswith(f"http://127.0.0.1:{TILE}/tile/13/") for s in srcs)
     for src in srcs[:2]:  # the public tile URLs the page hands the browser really work
         assert requests.get(src, timeout=10).content[:8] == b"\x89PNG\r\n\x1a\n"
-    # the internal URLs still serve the server-side calls (127.0.0.1 in the container is not the host)
+    # geocoding is a server-side call through the written URL (127.0.0.1 in the container is not the host)
     assert 'href="/relation/2279034"' in requests.get(
         stack.url(WEB_CONFIGURED, "/search"), params={"query": "CMU"}, timeout=10).text
     # the leaflet.osm.js the browser loads is the edited file
     assert f"http://127.0.0.1:{TILE}/tile/" in requests.get(stack.url(WEB_CONFIGURED, "/assets/leaflet.osm.js"), timeout=10).text
+
+
+def test_configure_check_fails_when_a_sed_matched_nothing(stack: MapStack) -> None:
+    """sed exits 0 when nothing matches: the step after it fails instead of leaving a stale URL."""
+    name = stack.containers.run("envctl-mini/map-web:1", network=stack.network)
+    stack.containers.exec(name, "sed", "-i", "/^nominatim_url:/d", "/app/config/settings.yml")
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        _configure(stack, name, "127.0.0.1")
+    assert err.value.cmd[3:5] == ["grep", "-qxF"] and "nominatim_url" in err.value.cmd[5]
 
 
 def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, mini_image) -> None:
@@ -300,7 +321,7 @@ def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, min
 
 @pytest.mark.browser
 def test_browser_searches_and_sees_tiles(stack: MapStack, browser) -> None:
-    test_upstream_sed_steps_reconfigure_without_restart(stack)  # idempotent: point tiles at the published port
+    _configure(stack, stack.configured, "127.0.0.1")  # idempotent: point tiles at the published port
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         page.goto(stack.url(WEB_CONFIGURED, "/"), wait_until="load")

@@ -208,12 +208,15 @@ def test_mini_map(mini_image, containers: Containers, tmp_path: Path) -> None:
     net = containers.network()
     containers.run(backend, network=net, aliases=["nominatim"], command=["nominatim"])
     containers.run(backend, network=net, aliases=["tile"], command=["tile"])
-    env = {"NOMINATIM_INTERNAL_URL": "http://nominatim:8080"}
+    env = {}
     for v in ("car", "bike", "foot"):
         containers.run(backend, network=net, aliases=[f"osrm-{v}"], command=["osrm", v])
         env[f"OSRM_{v.upper()}_INTERNAL_URL"] = f"http://osrm-{v}:5000"
     port = 18230
     web = containers.run(web_image, ports={3000: port}, env=env, network=net)
+    # geocoding is server-side, through the URL the catalog's configure step writes
+    containers.exec(web, "sed", "-i", 's#^nominatim_url:.*#nominatim_url: "http://nominatim:8080/"#',
+                    "/app/config/settings.yml")
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/search?query=Pittsburgh", timeout=60, logs=lambda: containers.logs(web),
               ok=lambda r: r.status_code == 200 and "search_results_entry" in r.text)

@@ -7,9 +7,11 @@ apply without a restart:
   (the vehicle port 5000/5001/5002 is appended, like ``vehicleTypePortMapping`` in fossgis_osrm.js);
 - ``$MAP_APP_ROOT/vendor/assets/leaflet/leaflet.osm.js``: the tile ``url`` template.
 
-Those are the public URLs the browser uses (tiles are ``<img>`` elements). For its own server-side
-calls the app prefers ``NOMINATIM_INTERNAL_URL`` and ``OSRM_{CAR,BIKE,FOOT}_INTERNAL_URL`` when set,
-because a public URL (e.g. 127.0.0.1 on the host) may not be reachable from inside the container.
+As upstream's GeocoderController does, geocoding is a server-side call to ``nominatim_url`` (so the
+configure step writes the backend's private address there). Tiles and OSRM are public URLs the browser
+uses upstream; this stand-in renders directions on the server, so for OSRM it prefers
+``OSRM_{CAR,BIKE,FOOT}_INTERNAL_URL`` when set (a public URL such as 127.0.0.1 on the host is not
+reachable from inside the container).
 The element pages (/node, /way, /relation) read the shared gazetteer, as upstream reads its own DB.
 """
 from __future__ import annotations
@@ -35,12 +37,12 @@ TIMEOUT = 10
 
 @dataclass(frozen=True)
 class Backends:
-    nominatim_url: str  # public, as configured
+    nominatim_url: str  # called by the server, as configured
     osrm_url: str  # public prefix, e.g. "http://host:" (port appended per vehicle)
     tile_url: str  # public template with {z}/{x}/{y}
 
     def nominatim_internal(self) -> str:
-        return (os.environ.get("NOMINATIM_INTERNAL_URL") or self.nominatim_url).rstrip("/") + "/"
+        return self.nominatim_url.rstrip("/") + "/"
 
     def osrm_public(self, vehicle: str) -> str:
         return f"{self.osrm_url}{VEHICLE_PORTS[vehicle]}/"
