@@ -1,6 +1,8 @@
 """Stand-ins for the map backends, one process per role: ``python3 -m sites.map_backend ROLE``.
 
-Upstream commands work too: ``run`` (the tile server's) and ``/app/start.sh`` (Nominatim's).
+Upstream commands work too: ``run`` (the tile server's), ``/app/start.sh`` (Nominatim's) and
+``osrm-routed [--algorithm mld] [--port N] /data/NAME.osrm`` (OSRM's: as there, the profile comes from
+the dataset, here from the weight name in ``NAME.osrm.properties``).
 
 - ``tile``: like overv/openstreetmap-tile-server on port 80, ``GET /tile/{z}/{x}/{y}.png`` (a generated
   256x256 PNG: grid, the tile's z/x/y and a dot per gazetteer place).
@@ -320,10 +322,84 @@ ROLES = {"tile": 80, "nominatim": 8080, "osrm": 5000}
 UPSTREAM_COMMANDS = {"run": ["tile"], "/app/start.sh": ["nominatim"]}
 
 
+# osrm-routed's options that take a value; any other option is a switch.
+_OSRMD_VALUE_OPTS = {"-a": "algorithm", "--algorithm": "algorithm", "-p": "port", "--port": "port",
+                     "-i": "ip", "--ip": "ip", "-t": "threads", "--threads": "threads", "--dataset-name": "",
+                     "--memory_file": "", "--max-viaroute-size": "", "--max-trip-size": "",
+                     "--max-table-size": "", "--max-matching-size": "", "--max-nearest-size": "",
+                     "--max-alternatives": "", "--max-matching-radius": "", "--keepalive-timeout": ""}
+_WEIGHT_NAME = re.compile(rb'"weight_name"\s*:\s*"([A-Za-z_]+)"')
+
+
+class OsrmdError(Exception):
+    """A startup failure of ``osrm-routed``: one line on stderr, exit status 1."""
+
+
+def profile_of_dataset(base: str) -> Profile:
+    """The profile a dataset was extracted with, from the weight name in ``<base>.properties``
+    (a JSON ``"weight_name"`` if present, else the first known weight name among the file's bytes)."""
+    path = f"{base}.properties"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        raise OsrmdError(f"[error] Missing/Broken File: {path}: required files are missing, cannot continue."
+                         " Have all the pre-processing steps been run?") from None
+    by_weight = {p.weight_name: p for p in PROFILES.values()}
+    m = _WEIGHT_NAME.search(data)
+    if m and m.group(1).decode() in by_weight:
+        return by_weight[m.group(1).decode()]
+    found = [(data.find(w.encode()), p) for w, p in by_weight.items() if w.encode() in data]
+    if not found:
+        raise OsrmdError(f"[error] Broken File: {path} names no known profile weight"
+                         f" ({', '.join(by_weight)}), cannot continue.")
+    return min(found, key=lambda t: t[0])[1]
+
+
+def parse_osrm_routed(args: list[str]) -> tuple[Profile, int | None]:
+    """``osrm-routed`` arguments (after the program name) -> (profile of the dataset, --port or None)."""
+    opts: dict[str, str] = {}
+    positional: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a.startswith("-") and a != "-":
+            name, eq, value = a.partition("=")
+            if name not in _OSRMD_VALUE_OPTS and name.startswith("-") and not name.startswith("--") and len(name) > 2:
+                name, value, eq = name[:2], name[2:], "="  # -p5000
+            if name in _OSRMD_VALUE_OPTS:
+                if not eq:
+                    value = next(it, None)
+                    if value is None:
+                        raise OsrmdError(f"[error] the required argument for option '{name}' is missing")
+                opts[_OSRMD_VALUE_OPTS[name] or name] = value
+        else:
+            positional.append(a)
+    if not positional:
+        raise OsrmdError("[error] Required files are missing, cannot continue. Have all the pre-processing steps been run?")
+    algorithm = opts.get("algorithm", "CH")
+    if algorithm.upper() not in ("CH", "CORECH", "MLD"):
+        raise OsrmdError(f"[error] Invalid algorithm name: {algorithm}")
+    port = opts.get("port")
+    if port is not None and not port.isdigit():
+        raise OsrmdError(f"[error] the argument ('{port}') for option '--port' is invalid")
+    return profile_of_dataset(positional[-1]), int(port) if port is not None else None
+
+
 def main(argv: list[str]) -> int:
+    if argv and os.path.basename(argv[0]) == "osrm-routed":
+        try:
+            profile, port = parse_osrm_routed(argv[1:])
+        except OsrmdError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        app = osrm_app(profile)
+        exit_on_sigterm()
+        serve(app, port or int(os.environ.get("MINIWEB_PORT", ROLES["osrm"])))
+        return 0
     argv = UPSTREAM_COMMANDS.get(argv[0], argv) if argv else argv
     if not argv or argv[0] not in ROLES or (argv[0] == "osrm" and (len(argv) < 2 or argv[1] not in PROFILES)):
-        print("usage: map_backend tile | nominatim | osrm car|bike|foot", file=sys.stderr)
+        print("usage: map_backend tile | nominatim | osrm car|bike|foot | osrm-routed [options] DATASET.osrm",
+              file=sys.stderr)
         return 2
     role = argv[0]
     app = {"tile": tile_app, "nominatim": nominatim_app}.get(role, lambda: osrm_app(PROFILES[argv[1]]))()
