@@ -4,7 +4,7 @@ PYTHON ?= python3
 ENVCTL := $(VENV)/bin/envctl
 PYTEST_ARGS ?=
 
-.PHONY: all venv system engine images demo test test-fast bench clean
+.PHONY: all venv system engine images demo test test-fast rehearse bench clean
 
 all: test
 
@@ -31,9 +31,15 @@ demo: images
 	$(ENVCTL) env
 	$(ENVCTL) smoke --tasks mini
 
-# Everything, with real containers and a real browser (what CI runs).
+# Everything, with real containers and a real browser, then the full-flavor rehearsal (what CI runs).
 test: venv engine
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python scripts/rehearse.py
+
+# The full flavor end to end (images get -> load/pull -> extract -> up -> login -> write -> reset ->
+# snapshot -> down, every site) from a local mirror and registry of replicas of the upstream artifacts.
+rehearse: venv engine
+	$(VENV)/bin/python scripts/rehearse.py
 
 # The unit layer only (no Docker, no browser).
 test-fast: venv

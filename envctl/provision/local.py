@@ -156,6 +156,11 @@ class LocalBackend:
                 command = list(sf.command) if sf.command is not None else (list(svc.command) if svc.command else None)
                 env = {k: r(v) for k, v in {**svc.env, **sf.env}.items()}
                 volumes = [(r(v.source), v.target, "ro" if v.read_only else "rw") for v in (*svc.volumes, *sf.volumes)]
+                for source, _, _ in volumes:
+                    # A named volume nothing has filled (the tile cache) is made here with the instance's
+                    # labels, so 'down --volumes' finds it; Docker would make it unlabelled.
+                    if not source.startswith("/") and not dk.volume_exists(source):
+                        dk.volume_create(source, {**self.settings.labels(), "envctl.site": site})
                 links = []
                 for dep in svc.depends_on:
                     for alias in s.services[dep].aliases:
