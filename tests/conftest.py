@@ -11,10 +11,13 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 import requests
+
+if TYPE_CHECKING:
+    from envctl.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("ENVCTL_CHROMIUM", "/usr/bin/chromium")
@@ -148,3 +151,42 @@ def browser() -> Iterator[object]:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+# -- a mini reddit instance of the lab (the fault and soak tests) -----------------------------------
+
+def remove_instance_images(instance: str) -> None:
+    """The golden images and snapshots ``instance`` made (labelled with it): leave nothing behind."""
+    for _ in range(3):  # newest first, so children go before their parents; a commit killed mid-way adds some
+        ids = subprocess.run(["docker", "images", "-a", "-q", "--filter", f"label=envctl.instance={instance}"],
+                             capture_output=True, text=True).stdout.split()
+        if not ids:
+            return
+        for image in dict.fromkeys(ids):
+            subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+
+
+def up_reddit(instance: str, offset: int, auth_dir: Path) -> "Lab":
+    """A lab instance with the mini reddit up (no login state), from a clean slate."""
+    from envctl.catalog import load_catalog
+    from envctl.images.build import build_for_sites
+    from envctl.lab import Lab
+
+    cat = load_catalog()
+    build_for_sites(cat, ["reddit"], "mini")
+    lab = Lab(cat, instance=instance, auth_dir=auth_dir)
+    lab.down(volumes=True)
+    res = lab.up(["reddit"], flavor="mini", port_offset=offset, login=False)
+    assert res.ok, [s.error for s in res.sites if not s.ok]
+    return lab
+
+
+def tear_down(lab: "Lab") -> None:
+    """``down --volumes``, then whatever a killed operation may have left: containers, images."""
+    from envctl.provision import docker as dk
+
+    lab.down(volumes=True)
+    for c in dk.containers(instance=lab.instance):
+        dk.remove([c.name])
+    remove_instance_images(lab.instance)
+

@@ -26,12 +26,12 @@ import pytest
 import requests
 import yaml
 
-from envctl.catalog import BUILTIN, load_catalog
-from envctl.images.build import build_for_sites
+from envctl.catalog import BUILTIN
 from envctl.lab import Lab
 from envctl.provision import docker as dk
 from envctl.provision import proxy
 
+from conftest import tear_down, up_reddit
 from fetch_server import FaultServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
@@ -103,30 +103,11 @@ def sha256(path: Path) -> str:
 INSTANCE, OFFSET = "ftfault", 43000
 
 
-def remove_images(instance: str) -> None:
-    """The golden images and snapshots this instance made (labelled with it): leave nothing behind."""
-    for _ in range(3):  # newest first, so children go before their parents; a commit killed mid-way adds some
-        ids = subprocess.run(["docker", "images", "-a", "-q", "--filter", f"label=envctl.instance={instance}"],
-                             capture_output=True, text=True).stdout.split()
-        if not ids:
-            return
-        for image in dict.fromkeys(ids):
-            subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
-    cat = load_catalog()
-    build_for_sites(cat, ["reddit"], "mini")
-    lab = Lab(cat, instance=INSTANCE, auth_dir=tmp_path_factory.mktemp("auth"))
-    lab.down(volumes=True)
-    res = lab.up(["reddit"], flavor="mini", port_offset=OFFSET, login=False)
-    assert res.ok, [s.error for s in res.sites if not s.ok]
+    lab = up_reddit(INSTANCE, OFFSET, tmp_path_factory.mktemp("auth"))
     yield lab
-    lab.down(volumes=True)
-    for c in dk.containers(instance=INSTANCE):
-        dk.remove([c.name])
-    remove_images(INSTANCE)
+    tear_down(lab)
 
 
 def table(lab: Lab) -> proxy.ProxyState:

@@ -9,19 +9,17 @@ The figures are printed (run with -s) for the closing note.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 import requests
 
-from envctl.catalog import load_catalog
-from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.provision import docker as dk
+
+from conftest import tear_down, up_reddit
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 INSTANCE, OFFSET = "ftsoak", 45000
@@ -46,25 +44,9 @@ def replenishers() -> list[int]:
     return pids
 
 
-def remove_images(instance: str) -> None:
-    """The golden images and snapshots this instance made (labelled with it): leave nothing behind."""
-    for _ in range(3):  # newest first, so children go before their parents; a commit killed mid-way adds some
-        ids = subprocess.run(["docker", "images", "-a", "-q", "--filter", f"label=envctl.instance={instance}"],
-                             capture_output=True, text=True).stdout.split()
-        if not ids:
-            return
-        for image in dict.fromkeys(ids):
-            subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
-    cat = load_catalog()
-    build_for_sites(cat, ["reddit"], "mini")
-    lab = Lab(cat, instance=INSTANCE, auth_dir=tmp_path_factory.mktemp("auth"))
-    lab.down(volumes=True)
-    res = lab.up(["reddit"], flavor="mini", port_offset=OFFSET, login=False)
-    assert res.ok, [s.error for s in res.sites if not s.ok]
+    lab = up_reddit(INSTANCE, OFFSET, tmp_path_factory.mktemp("auth"))
     lab.replenish("reddit", 1)
     yield lab
     deadline = time.monotonic() + 90  # let the background refill finish, so 'down' leaves nothing behind
@@ -72,10 +54,7 @@ def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
         time.sleep(1)
     for pid in replenishers():
         os.kill(pid, 9)
-    lab.down(volumes=True)
-    for c in dk.containers(instance=INSTANCE):
-        dk.remove([c.name])
-    remove_images(INSTANCE)
+    tear_down(lab)
 
 
 class Recorder:
