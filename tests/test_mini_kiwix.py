@@ -1,9 +1,12 @@
 """Mini Wikipedia: Debian's kiwix-serve 3.3.0 serving the build-time ZIM, reached on 127.0.0.1 only."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
+from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import requests
@@ -16,6 +19,8 @@ PORT = 18150
 UPSTREAM_ARGS_PORT = 18151
 BOOK = "wikipedia_en_all_maxi_2022-05"
 LANDING = f"/{BOOK}/A/User:The_other_Kiwix_guy/Landing"
+TASK_PAGES = json.loads(
+    (Path(__file__).parent.parent / "envctl/images/mini/kiwix/files/task_pages.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +99,37 @@ def test_suggest_uses_the_title_index(wiki: str) -> None:
     assert follow.status_code == 200 and "Steel City" in follow.text  # ... that leads to the article
     carnegie = requests.get(f"{wiki}/suggest", params={"content": BOOK, "term": "carnegie"}, timeout=10).json()
     assert "Carnegie_Mellon_University" in [s.get("path") for s in carnegie]
+
+
+@pytest.mark.parametrize("page", TASK_PAGES, ids=[p["path"].split("/", 2)[2] for p in TASK_PAGES])
+def test_task_start_page(wiki: str, page: dict) -> None:
+    """Every start page of the benchmark tasks that open on Wikipedia answers 200 with what it names."""
+    r = requests.get(wiki + page["path"], timeout=10)
+    assert r.status_code == 200, page["task_ids"]
+    ns, name = page["path"].split("/", 3)[2:]
+    if ns == "I":
+        assert r.headers["Content-Type"].startswith("image/webp")
+        assert r.content[:4] == b"RIFF" and r.content[8:12] == b"WEBP"
+        return
+    html = r.content.decode("utf-8")  # kiwix-serve sends no charset (the page's <meta> has it)
+    title = "Welcome to Wikipedia" if page["path"] == LANDING else unquote(name).replace("_", " ")
+    assert f"<title>{title}</title>" in html
+    assert f'<h1 id="firstHeading" class="firstHeading">{title}</h1>' in html
+    assert "<p>" in html.split('id="mw-content-text"', 1)[1]
+    for src in re.findall(r'<img src="([^"]+)"', html):
+        img = requests.get(requests.compat.urljoin(r.url, src), timeout=10)
+        assert img.status_code == 200 and img.headers["Content-Type"].startswith("image/"), src
+
+
+def test_wagyu_has_a_second_picture_of_thin_slices(wiki: str) -> None:
+    """visualwebarena/728: "That second picture in the Wikipedia page looks delicious! ... thin slices"."""
+    r = requests.get(f"{wiki}/{BOOK}/A/Wagyu", timeout=10)
+    images = re.findall(r'<img src="([^"]+)" alt="([^"]+)"', r.text)
+    assert len(images) >= 2
+    assert "slice" in images[1][0].lower() and "sliced" in images[1][1].lower()
+    img = requests.get(requests.compat.urljoin(r.url, images[1][0]), timeout=10)
+    assert img.status_code == 200 and img.headers["Content-Type"].startswith("image/webp")
+    assert img.content[:4] == b"RIFF" and img.content[8:12] == b"WEBP"
 
 
 def test_upstream_style_arguments(mini_image, containers: Containers) -> None:

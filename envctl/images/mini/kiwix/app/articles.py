@@ -115,3 +115,74 @@ REDIRECTS: dict[str, tuple[str, str]] = {
     "Mister_Rogers": ("Mister Rogers", "Fred_Rogers"),
     "CMU_(university)": ("CMU (university)", "Carnegie_Mellon_University"),
 }
+
+# Bodies of the start pages of the WebArena / VisualWebArena tasks (files/task_pages.json) that are
+# not among ARTICLES above. build_zim.py adds an article for every A/ path of that list not yet in the
+# ZIM, titled after its path ("Up_(2009_film)" -> "Up (2009 film)"); a path missing here gets a short
+# generic body. TASK_IMAGES lists each article's pictures in page order: (I/ file name, caption); the
+# pictures themselves are drawn by build_zim.py. Wagyu's second picture is the thin-sliced beef that
+# visualwebarena/728 asks to order.
+TASK_BODIES: dict[str, str] = {
+    "Up_(2009_film)": """
+<p><b>Up</b> is a 2009 American computer-animated comedy-drama adventure film produced by Pixar
+Animation Studios for Walt Disney Pictures. It was directed by Pete Docter and co-directed by Bob
+Peterson.</p>
+<p>The film follows Carl Fredricksen, an elderly widower who ties thousands of balloons to his house
+and flies it to South America, and Russell, a young Wilderness Explorer who is accidentally carried
+along. On the way they meet Dug, a friendly talking golden retriever, and Kevin, a giant flightless
+bird hunted by the explorer Charles Muntz.</p>
+""",
+    "Digging": """
+<p><b>Digging</b>, also referred to as <b>excavation</b>, is the process of using some implement
+such as claws, hands, manual tools or heavy equipment to remove material from a solid surface,
+usually soil, sand or rock on the surface of Earth.</p>
+<p>Many animals dig: dogs dig holes to bury bones or to cool off, and burrowing animals such as moles
+and rabbits dig tunnels to live in. People dig with shovels and spades to plant gardens, lay
+foundations and search for buried objects.</p>
+""",
+    "Pokémon": """
+<p><b>Pokémon</b> (an abbreviation of <i>Pocket Monsters</i> in Japan) is a Japanese media franchise
+managed by The Pokémon Company, founded by Nintendo, Game Freak and Creatures. The franchise was
+created by Satoshi Tajiri in 1996 and is centered on fictional creatures called Pokémon, which humans,
+known as Pokémon Trainers, catch and train to battle each other.</p>
+<p>The franchise began as a pair of role-playing video games for the Game Boy and has grown to include
+a trading card game, an animated television series, films, toys and plush figures. Its mascot is
+Pikachu, a yellow electric-type Pokémon.</p>
+""",
+    "Rudolph_the_Red-Nosed_Reindeer:_The_Movie": """
+<p><b>Rudolph the Red-Nosed Reindeer: The Movie</b> is a 1998 American animated musical Christmas film
+directed by Bill Kowalchuk. It is based on the 1939 story and the 1949 song about Rudolph, a young
+reindeer with a glowing red nose.</p>
+<p>Teased for his nose, Rudolph runs away from Santa's village at the North Pole, befriends Slyly the
+arctic fox and Leonard the polar bear, and returns on a foggy Christmas Eve to guide Santa Claus's
+sleigh with the light of his nose.</p>
+""",
+    "Yoda": """
+<p><b>Yoda</b> is a fictional character in the <i>Star Wars</i> franchise created by George Lucas,
+first appearing in the 1980 film <i>The Empire Strikes Back</i>. He is a small, green humanoid alien
+who is powerful with the Force and serves as a Grand Master of the Jedi Order.</p>
+<p>Yoda trained Jedi for 800 years, among them Luke Skywalker on the swamp planet Dagobah. He is known
+for his wisdom and his unusual syntax, as in "Do. Or do not. There is no try."</p>
+""",
+    "Wagyu": """
+<p><b>Wagyu</b> (和牛, "Japanese cattle") is any of the four Japanese breeds of beef cattle, the
+Japanese Black, Japanese Brown, Japanese Polled and Japanese Shorthorn. Wagyu cattle are known for
+meat with intense marbling, the fine streaks of intramuscular fat that make it tender and rich in
+flavor.</p>
+<h2>Cuisine</h2>
+<p>Wagyu beef is often cut into very thin slices for dishes such as sukiyaki, shabu-shabu and
+yakiniku, or served as steak. Well-known regional brands include Kobe, Matsusaka and Ōmi beef.</p>
+""",
+}
+
+TASK_IMAGES: dict[str, list[tuple[str, str]]] = {
+    "Up_(2009_film)": [("Up_house_balloons.png.webp", "Carl's house lifted by balloons")],
+    "Digging": [("Dog_digging.jpg.webp", "A dog digging a hole")],
+    "Pokémon": [("Poke_Ball.svg.png.webp", "A Poké Ball, used to catch Pokémon")],
+    "Rudolph_the_Red-Nosed_Reindeer:_The_Movie": [("Rudolph_red_nose.png.webp", "Rudolph and his glowing red nose")],
+    "Yoda": [("Yoda_figure.png.webp", "Yoda, Grand Master of the Jedi Order")],
+    "Wagyu": [
+        ("Japanese_Black_cattle.jpg.webp", "Japanese Black cattle, the most common Wagyu breed"),
+        ("Wagyu_beef_thin_slices.jpg.webp", "Thinly sliced, heavily marbled Wagyu beef"),
+    ],
+}
