@@ -7,6 +7,7 @@ reset checked by the DB fingerprint (wrong token: nothing changes; right token: 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -242,3 +243,50 @@ def test_sigterm_stops_db_cleanly(mini_image, containers: Containers) -> None:
                            capture_output=True, text=True, check=True).stdout.strip()
     logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True).stderr
     assert state == "0" and "mariadbd: Shutdown complete" in logs and took < 20, (state, took, logs[-500:])
+
+
+def test_every_vwa_start_page_opens_logged_in(site: Site) -> None:
+    """Each VisualWebArena start page on the site (task_pages.json) answers 200 for Blake, logged in, not
+    on the login page; listing pages show the listing, seeded with the id the task names."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    from urllib.parse import parse_qs, urlparse
+
+    app_dir = Path(__file__).resolve().parents[1] / "envctl" / "images" / "mini" / "classifieds"
+    spec = importlib.util.spec_from_file_location("classifieds_data_src", app_dir / "app" / "classifieds_data.py")
+    data = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = data  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(data)  # type: ignore[union-attr]
+    finally:
+        del sys.modules[spec.name]
+    titles = {i.id: i.title for i in data.all_items()}
+    pages = json.loads((app_dir / "files" / "task_pages.json").read_text(encoding="utf-8"))
+    assert len(pages) >= 60 and all(p["site"] == "classifieds" for p in pages)
+
+    s = requests.Session()
+    login = s.post(site.url(), data={"page": "login", "action": "login_post", "email": EMAIL, "password": PASSWORD},
+                   allow_redirects=False, timeout=10)
+    assert login.status_code == 302 and "osclass" in s.cookies
+    failures = []
+    for entry in pages:
+        r = s.get(site.base + entry["path"].lstrip("/"), timeout=15)
+        problem = ""
+        if r.status_code != 200:
+            problem = f"HTTP {r.status_code}"
+        elif "page=login" in r.url or 'name="action" value="login_post"' in r.text:
+            problem = f"login page ({r.url})"
+        elif "Hi Blake Sullivan!" not in r.text:
+            problem = "not logged in"
+        else:
+            query = parse_qs(urlparse(entry["path"]).query)
+            if query.get("page") == ["item"]:
+                title = titles.get(int(query["id"][0]))
+                if not title or f"<h1><strong>{title}</strong></h1>" not in r.text.replace("&#x27;", "'"):
+                    problem = f"listing title {title!r} not shown"
+            elif query.get("page") == ["search"] and 'class="counter-search"' not in r.text:
+                problem = "not the search page"
+        if problem:
+            failures.append(f"{entry['path']}: {problem}")
+    assert not failures, "\n".join(failures)

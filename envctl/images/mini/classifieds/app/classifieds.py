@@ -513,7 +513,11 @@ def reset() -> Response:
 
 @app.route("/", methods=["GET", "POST"])
 @app.route("/index.php", methods=["GET", "POST"])
-def index() -> Response:
+@app.route("/<path:_path>", methods=["GET", "POST"])
+def index(_path: str = "") -> Response:
+    """index.php's dispatch on ``page``/``action``. Upstream runs with friendly URLs: Apache's .htaccess
+    rewrites every path that is not a file to index.php (query string kept), so ``/php?page=search``
+    is the search page there too; the catch-all route does the same here."""
     page, action = param("page"), param("action")
     if page == "reset":
         return reset()

@@ -6,12 +6,21 @@ reset the web container's ``index.php?page=reset`` runs: it deletes every listin
 above ``RESTORE_FROM_ID`` (Blake's listings and anything agents posted) and re-inserts Blake's
 seed listings, like upstream's restore file. Everything is fixed: ids, texts, timestamps.
 
+Every listing id a VisualWebArena start page names (``task_pages.json``, made by
+``scripts/task_pages.py``) is added with that exact id, so ``index.php?page=item&id=N`` opens a
+listing as it does upstream (see ``task_items``). The file is looked up next to this module (as the
+images copy it) or in the source tree's ``classifieds/files/``; ``TASK_PAGES`` overrides the path.
+
 Usage: ``python3 -m sites.classifieds_data {craigslist|restore} OUT.sql``
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -147,6 +156,80 @@ def _items() -> list[Item]:
 
 ITEMS = _items()
 
+# Listings the VWA start pages name (by id) that the seed above lacks: (category, title, description,
+# price), the title taken from what the task's intent says about the item. An id named by a start page
+# but missing here still gets a listing, with a readable generic title (``_generic``).
+TASK_ITEM_HINTS: dict[int, tuple[int, str, str, int]] = {
+    13215: (2, "Vintage Christmas cards and envelopes", "A lot of vintage holiday greeting cards with their envelopes,"
+            " some Santa Claus themed. Sold together.", 25),
+    16826: (2, "Framed insect specimen", "Real insect specimen mounted in a glass-front shadow box frame.", 40),
+    23338: (2, "Sterling silver ring", "Sterling silver ring, size 7. Lightly worn, polished.", 45),
+    27156: (1, "Wooden pallets", "Used wooden pallets in good shape, 48 x 40 inches. Price is per pallet;"
+            " ask about larger quantities.", 8),
+    28914: (11, "Cartoon character figures", "Set of collectible cartoon character figures, about 4 inches tall.", 30),
+    34501: (9, "Round wooden side table", "Small round side table, solid wood. Diameter stated as 20 inches.", 60),
+    41938: (8, "Portable external hard drive, 2TB", "2TB portable hard drive with its original cable. Works perfectly.", 55),
+    42770: (2, "Vintage gold ring", "Vintage 14k gold ring with a small stone, size 6.", 120),
+    43183: (1, "Watercolor paint palette", "Artist watercolor palette, barely used. Full pans in many colors.", 18),
+    43887: (8, "Wireless router", "Dual-band wireless router with power adapter. Reset to factory settings.", 35),
+    47824: (2, "Handmade silver band ring", "Hand-hammered silver band ring, size 8.", 35),
+    48575: (3, "Set of ceramic bowls", "Matching set of ceramic cereal bowls, dishwasher and microwave safe.", 20),
+    65673: (1, "Eyeshadow palette", "Eyeshadow palette, swatched once. Shades shown in the photo.", 22),
+    74603: (1, "Sports jerseys", "Two replica sports jerseys, adult size L. Numbers as shown in the photo.", 50),
+    79640: (2, "Elvis Presley concert photo print", "Framed print of Elvis Presley performing on stage.", 75),
+}
+_GENERIC = ["Household item", "Collectible", "Home decor piece", "Miscellaneous item", "Gift item"]
+
+
+def _generic(item_id: int) -> tuple[int, str, str, int]:
+    noun = _GENERIC[item_id % len(_GENERIC)]
+    return 1, f"{noun} #{item_id}", f"{noun} in good condition. Pick up or local delivery.", 10 + item_id % 90
+
+
+def task_pages_path() -> Path:
+    """``task_pages.json``: ``$TASK_PAGES``, else next to this module (images), else the source tree's copy."""
+    if os.environ.get("TASK_PAGES"):
+        return Path(os.environ["TASK_PAGES"])
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "task_pages.json", here.parent / "files" / "task_pages.json"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"task_pages.json not found next to {here} (set TASK_PAGES)")
+
+
+def task_item_ids(pages: list[dict]) -> list[int]:
+    """Every listing id a start page names (``page=item&id=N``, any path: Apache rewrites it to index.php)."""
+    ids = set()
+    for entry in pages:
+        query = parse_qs(urlparse(entry["path"]).query)
+        if query.get("page") == ["item"] and query.get("id", [""])[0].isdigit():
+            ids.add(int(query["id"][0]))
+    return sorted(ids)
+
+
+def task_items(path: Path | None = None) -> list[Item]:
+    """Listings for the start pages' ids the seed lacks (seed ids stay as they are); deterministic."""
+    pages = json.loads((path or task_pages_path()).read_text(encoding="utf-8"))
+    seeded = {i.id for i in ITEMS}
+    sellers = USERS[1:]  # never Blake: his listings are the ones the reset restores
+    out = []
+    for iid in task_item_ids(pages):
+        if iid in seeded:
+            continue
+        cat, title, desc, price = TASK_ITEM_HINTS.get(iid) or _generic(iid)
+        u = sellers[iid % len(sellers)]
+        # Older than every seed listing, so the home page's latest listings stay Blake's.
+        out.append(Item(iid, u.id, cat, title, desc, price, u.city, u.region, f"15{iid % 1000:03d}", 45 + iid % 60))
+    return out
+
+
+def all_items() -> list[Item]:
+    return ITEMS + task_items()
+
+
+def next_item_id(items: list[Item]) -> int:
+    return max([NEXT_ITEM_ID] + [i.id + 1 for i in items])
+
 DDL = [
     """CREATE TABLE oc_t_category (
   pk_i_id INT UNSIGNED NOT NULL AUTO_INCREMENT, fk_i_parent_id INT UNSIGNED NULL,
@@ -263,30 +346,35 @@ def craigslist_sql() -> str:
     out.append(_insert("oc_t_category", [(c.id, c.parent, c.id, 1, None) for c in CATEGORIES]))
     out.append(_insert("oc_t_category_description", [(c.id, "en_US", c.name, None, c.slug) for c in CATEGORIES]))
     reg = (SEED_NOW - timedelta(days=400)).replace(tzinfo=None)
+    items = all_items()
     out.append(_insert("oc_t_user", [
         (u.id, reg, None, u.name, u.username, hash_password(u.password, f"salt{u.id:04d}"), _secret(u.email), u.email,
-         None, u.phone, None, 1, 1, "United States", u.region, u.city, sum(1 for i in ITEMS if i.user == u.id))
+         None, u.phone, None, 1, 1, "United States", u.region, u.city, sum(1 for i in items if i.user == u.id))
         for u in USERS]))
-    out += item_rows(ITEMS)
+    out += item_rows(items)
     out.append(_insert("oc_t_item_comment", comment_rows()))
-    out.append(f"ALTER TABLE oc_t_item AUTO_INCREMENT = {NEXT_ITEM_ID};")
-    out.append(f"ALTER TABLE oc_t_item_resource AUTO_INCREMENT = {NEXT_ITEM_ID * 10};")
+    nxt = next_item_id(items)
+    out.append(f"ALTER TABLE oc_t_item AUTO_INCREMENT = {nxt};")
+    out.append(f"ALTER TABLE oc_t_item_resource AUTO_INCREMENT = {nxt * 10};")
     out.append("SET FOREIGN_KEY_CHECKS=1;")
     return "\n".join(out) + "\n"
 
 
 def restore_sql() -> str:
-    blake = [i for i in ITEMS if i.id >= RESTORE_FROM_ID]
+    items = all_items()
+    restored = [i for i in items if i.id >= RESTORE_FROM_ID]  # Blake's seed (and any start-page id up there)
+    blake = [i for i in restored if i.user == 1]
     out = ["-- classifieds_restore.sql: restore the listings agents can change (like upstream's restore).",
            "SET NAMES utf8mb4;", "START TRANSACTION;"]
     for table, col in (("oc_t_item_comment", "fk_i_item_id"), ("oc_t_item_resource", "fk_i_item_id"), ("oc_t_item_location", "fk_i_item_id"),
                        ("oc_t_item_description", "fk_i_item_id"), ("oc_t_item", "pk_i_id")):
         out.append(f"DELETE FROM {table} WHERE {col} >= {RESTORE_FROM_ID};")
-    out += item_rows(blake)
+    out += item_rows(restored)
     out.append(f"UPDATE oc_t_user SET i_items = {len(blake)}, dt_mod_date = NULL WHERE pk_i_id = 1;")
     out.append("COMMIT;")
-    out.append(f"ALTER TABLE oc_t_item AUTO_INCREMENT = {NEXT_ITEM_ID};")
-    out.append(f"ALTER TABLE oc_t_item_resource AUTO_INCREMENT = {NEXT_ITEM_ID * 10};")
+    nxt = next_item_id(items)
+    out.append(f"ALTER TABLE oc_t_item AUTO_INCREMENT = {nxt};")
+    out.append(f"ALTER TABLE oc_t_item_resource AUTO_INCREMENT = {nxt * 10};")
     return "\n".join(out) + "\n"
 
 
