@@ -3,8 +3,10 @@ steps via docker exec, both login styles, the expiry probe, writes (UI and API) 
 PostgreSQL, server-side sessions in a recreated container and a clean SIGTERM stop."""
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ BASE = f"http://127.0.0.1:{PORT}"
 USER, PASSWORD = "byteblaze", "hello1234"
 TOKEN = "glpat-envctlMiniByteblaze1"
 RUN_CMD = ["/opt/gitlab/embedded/bin/runsvdir-start"]
+TASK_PAGES = Path(__file__).resolve().parents[1] / "envctl/images/mini/gitlab/files/task_pages.json"
 
 
 def configure(c: Containers, name: str, port: int) -> subprocess.CompletedProcess:
@@ -105,6 +108,47 @@ def test_image_labels_and_pages(gitlab: str) -> None:
     assert requests.get(f"{BASE}/byteblaze/no-such-project", timeout=10).status_code == 404
     r = requests.get(f"{BASE}/", allow_redirects=False, timeout=10)
     assert r.status_code == 302 and r.headers["Location"] == f"{BASE}/users/sign_in"
+
+
+def test_task_start_pages_answer_for_byteblaze(gitlab: str) -> None:
+    """Every WebArena start page on GitLab (task_pages.json) opens, logged in as the tasks' user, on the
+    project it names (its namespace linked), and the graph/tree pages on the branch they name."""
+    pages = json.loads(TASK_PAGES.read_text())
+    assert len(pages) == 11
+    s = http_login()
+    failures = []
+    for entry in pages:
+        path = entry["path"]
+        r = s.get(f"{BASE}{path}", timeout=10)
+        why = ""
+        head, _, rest = path.strip("/").partition("/-/")
+        if r.status_code != 200:
+            why = f"HTTP {r.status_code}"
+        elif "/users/sign_in" in r.url or 'data-testid="sign-in-button"' in r.text:
+            why = f"sign-in page ({r.url})"
+        elif head:
+            ns, proj = head.split("/")
+            if f">{proj}<" not in r.text:
+                why = f"does not show the project {proj!r}"
+            elif f'href="{BASE}/{ns}"' not in r.text:
+                why = f"does not link the namespace {ns!r}"
+            elif rest and rest.partition("/")[2] not in r.text:
+                why = f"does not show the branch {rest.partition('/')[2]!r}"
+        if why:
+            failures.append(f"{path}: {why}")
+    assert not failures, "\n".join(failures)
+    graph = s.get(f"{BASE}/dehenne/awesome-visibility/-/graphs/master", timeout=10).text
+    assert "Commits to master" in graph and "58 commits" in graph and "dehenne@users.noreply.github.com" in graph
+    php52 = s.get(f"{BASE}/amwhalen/archive-my-tweets/-/graphs/php52", timeout=10).text
+    assert php52.index("Andrew M. Whalen</h4>") < php52.index("Kevin Marsh</h4>")
+    profile = s.get(f"{BASE}/amwhalen", timeout=10).text
+    assert "@amwhalen" in profile and "Massachusetts" in profile
+    tree = s.get(f"{BASE}/amwhalen/archive-my-tweets/-/tree/github/fork/chtitux/addRssFeed", timeout=10).text
+    assert "config.sample.php" in tree
+    assert s.get(f"{BASE}/amwhalen/archive-my-tweets/-/tree/no-such-branch", timeout=10).status_code == 404
+    commits = s.get(f"{BASE}/vinta/awesome-python/-/graphs/main?format=json", timeout=10).json()
+    assert sum(c["author_name"] == "Vinta Chen" for c in commits) == 412
+    assert "primer/design" in s.get(f"{BASE}/dashboard/projects", timeout=10).text
 
 
 @pytest.mark.browser
@@ -235,7 +279,7 @@ def test_recreated_container_is_pristine_and_stops_like_upstream(gitlab: str, co
     r = requests.get(f"{fresh_base}/-/profile", cookies=s.cookies.get_dict(), allow_redirects=False, timeout=10)
     assert r.status_code == 302 and r.headers["Location"] == f"{fresh_base}/users/sign_in"
     fp = fingerprint(containers, fresh)
-    assert fp["issues"][:2] == (8, 8) and fp["notes"][:2] == (3, 3) and fp["members"][:2] == (9, 9)
+    assert fp["issues"][:2] == (13, 13) and fp["notes"][:2] == (3, 3) and fp["members"][:2] == (17, 17)
 
     # gitlab-ctl stop, then docker stop: a clean shutdown, a clean restart
     out = subprocess.run(["docker", "exec", fresh, "gitlab-ctl", "stop"], capture_output=True, text=True)

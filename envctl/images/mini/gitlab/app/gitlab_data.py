@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import time
 
@@ -21,7 +22,11 @@ CLUSTER = pgembed.Cluster(
 )
 # Seeded with explicit ids: each sequence is moved past them.
 TABLES = ("users", "namespaces", "projects", "members", "issues", "merge_requests", "labels", "notes",
-          "personal_access_tokens")
+          "personal_access_tokens", "repository_branches", "repository_commits")
+# The WebArena start pages on GitLab (scripts/task_pages.py writes it; the Dockerfile copies it next to
+# this module). Every project a path names is seeded (see ``task_page_seed``).
+TASK_PAGES = os.environ.get("GITLAB_TASK_PAGES", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "task_pages.json"))
 # Deterministic seeded token for byteblaze (mini flavor only; documented in the envctl report).
 SEED_TOKEN = "glpat-envctlMiniByteblaze1"
 INVALID_LOGIN = "Invalid login or password."
@@ -51,6 +56,14 @@ CREATE TABLE labels (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES p
 CREATE TABLE notes (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id), noteable_type TEXT NOT NULL,
   noteable_id INT NOT NULL, author_id INT NOT NULL REFERENCES users(id), note TEXT NOT NULL, system BOOLEAN NOT NULL
   DEFAULT false, created_at BIGINT NOT NULL);
+-- Git data (upstream keeps it in the repositories, not in PostgreSQL): branches with their file tree
+-- (one path a line) and the commits each branch holds, which the tree and contributors pages read.
+CREATE TABLE repository_branches (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id),
+  name TEXT NOT NULL, is_default BOOLEAN NOT NULL DEFAULT false, tree TEXT NOT NULL DEFAULT '',
+  UNIQUE (project_id, name));
+CREATE TABLE repository_commits (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id),
+  branch_id INT NOT NULL REFERENCES repository_branches(id), sha TEXT NOT NULL, title TEXT NOT NULL,
+  author_name TEXT NOT NULL, author_email TEXT NOT NULL, committed_at BIGINT NOT NULL);
 CREATE TABLE personal_access_tokens (id SERIAL PRIMARY KEY, user_id INT NOT NULL REFERENCES users(id),
   name TEXT NOT NULL, token_digest TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, revoked BOOLEAN NOT NULL DEFAULT false,
   created_at BIGINT NOT NULL);
@@ -103,6 +116,78 @@ MRS = [  # (project no., author, assignee, title, state, source branch)
     (6, "kilian", "byteblaze", "Refresh checklist resources", "opened", "refresh-checklist"),
 ]
 
+# --- what the WebArena start pages name (task_pages.json) ------------------------------------------
+# Namespaces the hand-written seed lacks: path -> (kind, display name, location, public email). As in
+# WebArena's GitLab, where the importer made a user per GitHub owner: tasks add "primer" as a member
+# and reviewer ("Primer"), follow "Vinta Chen", ask amwhalen's account name and location and dehenne's
+# followers. Nothing tells CellularPrivacy's kind: a group.
+TASK_NAMESPACES = {
+    "CellularPrivacy": ("group", "CellularPrivacy", "", ""),
+    "amwhalen": ("user", "Andrew M. Whalen", "Massachusetts", "github@amwhalen.com"),
+    "dehenne": ("user", "dehenne", "", ""),
+    "primer": ("user", "Primer", "", ""),
+    "vinta": ("user", "Vinta Chen", "", ""),
+}
+# "namespace/path" -> (name, description, members {user: level}, files of the tree,
+#                      {branch: [(author name, author email, commits)]}; the first branch is the default).
+# The top contributors are the ones the tasks' reference answers name (webarena 308, 784-788).
+TASK_PROJECTS = {
+    "CellularPrivacy/Android-IMSI-Catcher-Detector": (
+        "Android-IMSI-Catcher-Detector", "AIMSICD - Fight IMSI-Catcher, StingRay and silent SMS!", {},
+        ("AIMSICD/", "gradle/", ".gitignore", "CONTRIBUTING.md", "LICENSE", "README.md", "build.gradle"),
+        {"main": [("SecUpwN", "secupwn@users.noreply.github.com", 64), ("He3556", "he3556@users.noreply.github.com", 37),
+                  ("E3V3A", "e3v3a@users.noreply.github.com", 29)],
+         "gh-page": [("SecUpwN", "secupwn@users.noreply.github.com", 12), ("E3V3A", "e3v3a@users.noreply.github.com", 4)]}),
+    "amwhalen/archive-my-tweets": (
+        "archive-my-tweets", "Archive your tweets to easily browse and search them - all on your own website.",
+        {"amwhalen": 50}, ("amt/", "css/", "img/", "js/", ".gitignore", "README.md", "config.sample.php", "index.php"),
+        {"master": [("Andrew M. Whalen", "github@amwhalen.com", 45), ("Kevin Marsh", "kevin.marsh@example.com", 3)],
+         "php52": [("Andrew M. Whalen", "github@amwhalen.com", 31), ("Kevin Marsh", "kevin.marsh@example.com", 2)],
+         "github/fork/chtitux/addRssFeed": [("Andrew M. Whalen", "github@amwhalen.com", 24),
+                                            ("chtitux", "chtitux@users.noreply.github.com", 2)]}),
+    "byteblaze/gimmiethat.space": (
+        "gimmiethat.space", "A personal site, built with Eleventy.", {"byteblaze": 50},
+        ("css/", "index.html", "README.md"), {"main": [("Byte Blaze", "byteblaze@example.com", 14)]}),
+    "byteblaze/solarized-prism-theme": (
+        "solarized-prism-theme", "A Solarized theme for Prism syntax highlighting.", {"byteblaze": 50},
+        ("LICENSE", "README.md", "prism-solarized-light.css"), {"main": [("Byte Blaze", "byteblaze@example.com", 9)]}),
+    "dehenne/awesome-visibility": (
+        "awesome-visibility", "A curated list of awesome visibility and SEO tools and resources.", {"dehenne": 50},
+        ("CONTRIBUTING.md", "LICENSE", "README.md"),
+        {"master": [("dehenne", "dehenne@users.noreply.github.com", 58), ("Anna Weber", "anna.weber@example.com", 9),
+                    ("Tom Fischer", "tom.fischer@example.com", 4)]}),
+    "primer/design": (
+        "design", "Primer Design Guide", {"primer": 50, "byteblaze": 40},
+        ("content/", "src/", ".gitignore", "README.md", "package.json"),
+        {"main": [("Shawn Allen", "shawnbot@users.noreply.github.com", 193), ("Cole Bemis", "colebemis@example.com", 88),
+                  ("Caroline Stewart", "caroline.stewart@example.com", 41)],
+         "bump-doctocat": [("Cole Bemis", "colebemis@example.com", 2)],
+         "dialog": [("Caroline Stewart", "caroline.stewart@example.com", 5)],
+         "dialog-component": [("Caroline Stewart", "caroline.stewart@example.com", 7)]}),
+    "root/metaseq": (
+        "metaseq", "Repo for external large-scale work", {"root": 50},
+        ("metaseq/", "projects/", "README.md", "setup.py"),
+        {"main": [("Stephen Roller", "roller@example.com", 120), ("Susan Zhang", "susan.zhang@example.com", 75)]}),
+    "vinta/awesome-python": (
+        "awesome-python", "A curated list of awesome Python frameworks, libraries, software and resources",
+        {"vinta": 50}, ("CONTRIBUTING.md", "LICENSE", "README.md", "sort.py"),
+        {"main": [("Vinta Chen", "vinta@users.noreply.github.com", 412), ("Ryan Kim", "ryan.kim@example.com", 37),
+                  ("Maria Lopez", "maria.lopez@example.com", 21)]}),
+}
+COMMIT_TITLES = ("Update README.md", "Fix typo", "Add new entries", "Clean up formatting", "Fix broken links",
+                 "Bump dependencies", "Refactor layout")
+# Issues the start pages' tasks list (webarena 46, 340-343): (project, author, title, description, state, labels).
+TASK_ISSUES = [
+    ("primer/design", "primer", "Flash alerts need guidance on dismissal", "When should a flash alert be dismissible?",
+     "opened", "documentation"),
+    ("primer/design", "byteblaze", "Broken image on the octovisuals page", "The hero image 404s.", "opened", "bug"),
+    ("root/metaseq", "root", "Feature request: support for bf16 inference", "Would make serving cheaper.",
+     "opened", "enhancement"),
+    ("root/metaseq", "root", "How much memory does OPT-175B need?", "Question about OPT model requirements.",
+     "opened", "question"),
+    ("root/metaseq", "root", "Training diverges after resuming", "Loss spikes after a restart.", "opened", ""),
+]
+
 
 def hash_password(username: str, password: str) -> str:
     salt = hashlib.sha256(f"gitlab:{username}".encode()).hexdigest()[:16]
@@ -123,35 +208,96 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def seed(db: Database) -> None:
+def load_task_pages(path: str = TASK_PAGES) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def page_target(path: str) -> tuple[str, str, str | None] | None:
+    """``/ns/project[/-/tree|graphs/REF]`` -> (namespace, project, branch or None); None for other pages."""
+    head, _, rest = path.strip("/").partition("/-/")
+    parts = head.split("/")
+    if len(parts) != 2 or not all(parts):
+        return None
+    kind, _, ref = rest.partition("/")
+    return parts[0], parts[1], ref if kind in ("tree", "graphs") and ref else None
+
+
+def task_page_seed(pages: list[dict]) -> tuple[list, list, list, list]:
+    """What the start pages name beyond the hand-written seed, in the files' order (so ids are fixed):
+    (namespaces [(path, kind, name, location, email)], projects [(ns, path, name, desc, members, tree,
+    branches)], members [(project key, user, level)], issues [(project key, ...)])."""
+    known_ns = {u[0] for u in USERS} | {g[0] for g in GROUPS}
+    known_proj = {f"{ns}/{path}" for ns, path, *_ in PROJECTS}
+    namespaces: list = []
+    projects: dict[str, tuple] = {}
+    for page in pages:
+        target = page_target(page["path"])
+        if target is None:
+            continue
+        ns, path, ref = target
+        key = f"{ns}/{path}"
+        if ns not in known_ns:
+            kind, name, location, email = TASK_NAMESPACES.get(ns, ("group", ns, "", ""))
+            namespaces.append((ns, kind, name, location, email))
+            known_ns.add(ns)
+        if key in known_proj:
+            continue
+        if key not in projects:
+            name, desc, members, tree, branches = TASK_PROJECTS.get(
+                key, (path, f"{path}, as a WebArena task names it.", {}, ("README.md",),
+                      {"main": [(ns, f"{ns}@example.com", 1)]}))
+            projects[key] = (ns, path, name, desc, dict(members), tree, {b: list(c) for b, c in branches.items()})
+        if ref and ref not in projects[key][6]:  # a page names a branch the data lacks: one commit on it
+            projects[key][6][ref] = [(ns, f"{ns}@example.com", 1)]
+    members = [(key, user, level) for key, p in projects.items() for user, level in p[4].items()]
+    issues = [row for row in TASK_ISSUES if row[0] in projects]
+    return namespaces, list(projects.values()), members, issues
+
+
+def seed(db: Database, pages: list[dict] | None = None) -> None:
+    pages = load_task_pages() if pages is None else pages
+    extra_ns, extra_projects, extra_members, extra_issues = task_page_seed(pages)
     with db.cursor() as cur:
         cur.execute(SCHEMA)
         uid, nsid = {}, {}
-        for i, (username, name, pw, bio) in enumerate(USERS, 1):
-            cur.execute("INSERT INTO users (id, username, name, email, encrypted_password, bio, created_at) "
-                        "VALUES (%s,%s,%s,%s,%s,%s,%s)",
-                        (i, username, name, f"{username}@example.com", hash_password(username, pw), bio,
+        users = [(u, n, pw, bio, f"{u}@example.com", "") for u, n, pw, bio in USERS]
+        users += [(path, name, f"{path}pass1", "", email or f"{path}@example.com", location)
+                  for path, kind, name, location, email in extra_ns if kind == "user"]
+        for i, (username, name, pw, bio, email, location) in enumerate(users, 1):
+            cur.execute("INSERT INTO users (id, username, name, email, encrypted_password, bio, location, created_at) "
+                        "VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                        (i, username, name, email, hash_password(username, pw), bio, location,
                          SEED_EPOCH - 86400 * (90 - i)))
-            cur.execute("INSERT INTO namespaces (id, path, name, kind, owner_id) VALUES (%s,%s,%s,'user',%s)",
-                        (i, username, name, i))
-            uid[username] = nsid[username] = i
-        for j, (path, name) in enumerate(GROUPS, len(USERS) + 1):
-            cur.execute("INSERT INTO namespaces (id, path, name, kind) VALUES (%s,%s,%s,'group')", (j, path, name))
+            uid[username] = i
+        # Namespace ids: the users' of the hand-written seed (same as their user ids), its groups, then the
+        # task pages' namespaces in order.
+        namespaces = [(u[0], u[1], "user") for u in USERS] + [(path, name, "group") for path, name in GROUPS]
+        namespaces += [(path, name, kind) for path, kind, name, _, _ in extra_ns]
+        for j, (path, name, kind) in enumerate(namespaces, 1):
+            cur.execute("INSERT INTO namespaces (id, path, name, kind, owner_id) VALUES (%s,%s,%s,%s,%s)",
+                        (j, path, name, kind, uid[path] if kind == "user" else None))
             nsid[path] = j
-        for i, (ns, path, name, desc, vis, stars) in enumerate(PROJECTS, 1):
+        projects = [(ns, path, name, desc, vis, stars) for ns, path, name, desc, vis, stars in PROJECTS]
+        projects += [(ns, path, name, desc, "public", 0) for ns, path, name, desc, *_ in extra_projects]
+        pid = {}
+        for i, (ns, path, name, desc, vis, stars) in enumerate(projects, 1):
             cur.execute("INSERT INTO projects (id, namespace_id, path, name, description, visibility, star_count, "
                         "created_at, last_activity_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                         (i, nsid[ns], path, name, desc, vis, stars, SEED_EPOCH - 86400 * (80 - i), SEED_EPOCH - 3600 * i))
-        for i, (proj, user, level) in enumerate(MEMBERS, 1):
+            pid[f"{ns}/{path}"] = i
+        members = list(MEMBERS) + [(pid[key], user, level) for key, user, level in extra_members]
+        for i, (proj, user, level) in enumerate(members, 1):
             cur.execute("INSERT INTO members (id, source_id, source_type, user_id, access_level) "
                         "VALUES (%s,%s,'Project',%s,%s)", (i, proj, uid[user], level))
+        issues = list(ISSUES) + [(pid[key], *rest) for key, *rest in extra_issues]
         iids: dict[int, int] = {}
-        for i, (proj, author, title, desc, state, labels) in enumerate(ISSUES, 1):
+        for i, (proj, author, title, desc, state, labels) in enumerate(issues, 1):
             iids[proj] = iids.get(proj, 0) + 1
             cur.execute("INSERT INTO issues (id, project_id, iid, title, description, author_id, state, labels, "
                         "created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                         (i, proj, iids[proj], title, desc, uid[author], state, labels, SEED_EPOCH - 7200 * (30 - i)))
-        labels_seen = sorted({(proj, lb) for proj, _, _, _, _, labels in ISSUES for lb in labels.split(",") if lb})
+        labels_seen = sorted({(proj, lb) for proj, _, _, _, _, labels in issues for lb in labels.split(",") if lb})
         for i, (proj, title) in enumerate(labels_seen, 1):
             cur.execute("INSERT INTO labels (id, project_id, title, color, created_at) VALUES (%s,%s,%s,%s,%s)",
                         (i, proj, title, LABEL_COLORS.get(title, "#6699cc"), SEED_EPOCH - 86400 * 60))
@@ -168,6 +314,28 @@ def seed(db: Database) -> None:
                          SEED_EPOCH - 5400 * (20 - i)))
         cur.execute("INSERT INTO personal_access_tokens (id, user_id, name, token_digest, scopes, created_at) "
                     "VALUES (1, %s, 'envctl', %s, 'api', %s)", (uid["byteblaze"], token_digest(SEED_TOKEN), SEED_EPOCH))
+        branch_id = commit_id = 0
+        for ns, path, *_, tree, branches in extra_projects:
+            key = f"{ns}/{path}"
+            for b, (branch, contributors) in enumerate(branches.items()):
+                branch_id += 1
+                cur.execute("INSERT INTO repository_branches (id, project_id, name, is_default, tree) "
+                            "VALUES (%s,%s,%s,%s,%s)", (branch_id, pid[key], branch, b == 0, "\n".join(tree)))
+                # Round-robin over the contributors, so the history interleaves them; newest last.
+                left = {email: n for _, email, n in contributors}
+                queue = []
+                while any(left.values()):
+                    for name, email, _ in contributors:
+                        if left[email]:
+                            left[email] -= 1
+                            queue.append((name, email))
+                for k, (name, email) in enumerate(queue):
+                    commit_id += 1
+                    sha = hashlib.sha1(f"{key}@{branch}#{k}".encode()).hexdigest()
+                    cur.execute("INSERT INTO repository_commits (id, project_id, branch_id, sha, title, author_name, "
+                                "author_email, committed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                                (commit_id, pid[key], branch_id, sha, COMMIT_TITLES[k % len(COMMIT_TITLES)], name, email,
+                                 SEED_EPOCH - 86400 * 3 - 3600 * (len(queue) - k)))
         for table in TABLES:
             cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
 
