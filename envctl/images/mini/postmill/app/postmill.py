@@ -8,16 +8,27 @@ Mirrors the markup that logins, expiry probes and evaluators touch: ``/login`` (
 CLI (``python3 -m sites.postmill``): ``build`` (initdb + seed, image build time),
 ``start`` (container main), ``serve`` (the app alone). Data: database, role and password ``postmill``
 (as upstream), data directory ``/usr/local/pgsql/data``.
+
+Task start pages: the build also reads ``task_pages.json`` (the start pages of the WebArena and
+VisualWebArena tasks that open on this site, written by ``scripts/task_pages.py``) and adds every forum
+and every submission those URLs name, with the URL's forum name and submission id, and every
+``/submission_images/<file>`` they name (served as a placeholder JPEG), so each task opens on a real page.
+Listings take Postmill's sort routes (``/f/<forum>/{hot,new,active,top,controversial,most_commented}``)
+and its keyset pagination (``?next[ranking]=…&next[id]=…``; 25 per page).
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
+import struct
 import sys
 import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlencode, urlparse
 
 from flask import Response, abort, g, redirect, request
 
@@ -29,7 +40,9 @@ CLUSTER = pgembed.Cluster(
     datadir=os.environ.get("MINIWEB_PGDATA", "/usr/local/pgsql/data"),
     db="postmill", user="postmill", password="postmill",
 )
-TABLES = ("users", "forums", "submissions", "comments", "submission_votes", "comment_votes")
+TABLES = ("users", "forums", "submissions", "comments", "submission_votes", "comment_votes", "images")
+# Copied in by the Dockerfile (the file scripts/task_pages.py writes); POSTMILL_TASK_PAGES overrides.
+TASK_PAGES = Path(os.environ.get("POSTMILL_TASK_PAGES", Path(__file__).with_name("postmill_task_pages.json")))
 LOGIN_ERROR = "Invalid credentials."
 
 SCHEMA = """
@@ -48,6 +61,7 @@ CREATE TABLE submission_votes (id SERIAL PRIMARY KEY, submission_id INT NOT NULL
 CREATE TABLE comment_votes (id SERIAL PRIMARY KEY, comment_id INT NOT NULL REFERENCES comments(id),
   user_id INT NOT NULL REFERENCES users(id), upvote BOOLEAN NOT NULL, created BIGINT NOT NULL,
   UNIQUE (comment_id, user_id));
+CREATE TABLE images (id SERIAL PRIMARY KEY, file_name TEXT UNIQUE NOT NULL, created BIGINT NOT NULL);
 """
 
 USERS = [  # (username, password, biography)
@@ -114,6 +128,60 @@ COMMENT_VOTES = [  # (comment no., voter, upvote)
 ]
 
 
+# Authors of the submissions added for task start pages (not the benchmark's own account).
+TASK_PAGE_AUTHORS = ("bookworm_jane", "pixel_pioneer", "newshound42", "CameronKelsey")
+
+
+def task_page_items(path: Path = TASK_PAGES) -> tuple[list[str], list[tuple[int, str, str]], list[str]]:
+    """What the task start pages name: (forums, [(submission id, forum, title)], image file names).
+
+    Forum names keep the URL's case; a submission's title comes from its URL slug
+    (``friendly-reminder-bookshop-org-exists`` -> "Friendly reminder bookshop org exists"), else
+    "<forum> post <id>" (no task intent quotes a post title). Sorted, so the seed is deterministic.
+    """
+    forums: dict[str, str] = {}
+    subs: dict[int, tuple[str, str]] = {}
+    images: set[str] = set()
+    for entry in json.loads(path.read_text()):
+        parts = [unquote(p) for p in urlparse(entry["path"]).path.split("/")]
+        if len(parts) >= 3 and parts[1] == "f" and parts[2]:
+            forum = forums.setdefault(parts[2].lower(), parts[2])
+            if len(parts) >= 4 and parts[3].isdigit():
+                sid, slug = int(parts[3]), (parts[4] if len(parts) >= 5 else "")
+                words = " ".join(w for w in re.split(r"[-_\s]+", slug) if w)
+                title = words[:1].upper() + words[1:] if words else f"{forum} post {sid}"
+                if sid in subs and (subs[sid][0].lower() != forum.lower() or (slug and subs[sid][1] != title)):
+                    raise ValueError(f"{path}: submission {sid} named twice, differently: {entry['path']}")
+                if sid not in subs or slug:
+                    subs[sid] = (forum, title)
+        elif len(parts) == 3 and parts[1] == "submission_images" and parts[2]:
+            images.add(parts[2])
+    return (sorted(forums.values(), key=lambda n: (n.lower(), n)),
+            [(sid, f, t) for sid, (f, t) in sorted(subs.items())], sorted(images))
+
+
+def placeholder_jpeg(width: int = 64, height: int = 48) -> bytes:
+    """A valid baseline JPEG of flat mid-grey, built by hand (no imaging library in the image).
+
+    One Huffman code ("0") for the DC difference 0 and one for end-of-block: two zero bits per 8x8 block.
+    """
+    def seg(marker: int, payload: bytes) -> bytes:
+        return struct.pack(">HH", marker, len(payload) + 2) + payload
+
+    one_code = bytes([1] + [0] * 15) + b"\x00"  # one code of length 1, for symbol 0
+    blocks = ((width + 7) // 8) * ((height + 7) // 8)
+    nbits = 2 * blocks
+    data = bytes(nbits // 8) + (bytes([0xFF >> (nbits % 8)]) if nbits % 8 else b"")
+    return (b"\xff\xd8" + seg(0xFFE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+            + seg(0xFFDB, b"\x00" + bytes([1] * 64))
+            + seg(0xFFC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + seg(0xFFC4, b"\x00" + one_code) + seg(0xFFC4, b"\x10" + one_code)
+            + seg(0xFFDA, b"\x01\x01\x00\x00\x3f\x00") + data + b"\xff\xd9")
+
+
+PLACEHOLDER_JPEG = placeholder_jpeg()
+
+
 def hash_password(username: str, password: str) -> str:
     # Deterministic salt so a rebuilt image has byte-identical rows (and fingerprint).
     salt = hashlib.sha256(f"postmill:{username}".encode()).hexdigest()[:16]
@@ -157,12 +225,47 @@ def seed(db: Database) -> None:
         for i, (com, voter, up) in enumerate(COMMENT_VOTES, 1):
             cur.execute("INSERT INTO comment_votes (id, comment_id, user_id, upvote, created) "
                         "VALUES (%s,%s,%s,%s,%s)", (i, com, uid[voter], up, SEED_EPOCH - 60 * i))
-        for table in TABLES:  # explicit ids above: move each sequence past them
-            cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+        # The task start pages' forums and submissions, with the ids their URLs name.
+        page_forums, page_subs, page_images = task_page_items()
+        for name in page_forums:
+            if name.lower() not in {n.lower() for n in fid}:
+                i = len(fid) + 1
+                cur.execute("INSERT INTO forums (id, name, title, description, sidebar, created) VALUES (%s,%s,%s,%s,%s,%s)",
+                            (i, name, name, f"The {name} forum.", f"Welcome to /f/{name}. Be nice.", SEED_EPOCH - 86400 * 50))
+                fid[name] = i
+        fid_ci = {n.lower(): i for n, i in fid.items()}
+        for sid, forum, title in page_subs:
+            if sid <= len(SUBMISSIONS):
+                raise ValueError(f"task page submission id {sid} collides with the seed's own submissions")
+            cur.execute("INSERT INTO submissions (id, forum_id, user_id, title, url, body, created) "
+                        "VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                        (sid, fid_ci[forum.lower()], uid[TASK_PAGE_AUTHORS[sid % len(TASK_PAGE_AUTHORS)]], title, None,
+                         f"{title}. Posted in /f/{forum}.", SEED_EPOCH - 86400 + sid // 10))
+        for i, name in enumerate(page_images, 1):
+            cur.execute("INSERT INTO images (id, file_name, created) VALUES (%s,%s,%s)", (i, name, SEED_EPOCH - 86400))
+        for table in TABLES:  # explicit ids above: move each sequence past them (an empty table: next id 1)
+            cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), coalesce((SELECT max(id) FROM {table}), 1), "
+                        f"(SELECT count(*) > 0 FROM {table}))")
 
 
 def slugify(title: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_")[:60] or "-"
+    """Postmill's URL slug: lower case, runs of other characters as one hyphen."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60].strip("-") or "-"
+
+
+# Postmill's listing sorts: (sort key column, its name in the ``next[...]`` cursor, direction). "hot" orders by
+# Postmill's ranking, which in the WebArena data tracks the net score; here it is the net score. The time
+# filter ``t`` (top, controversial, most_commented) is accepted and read as "all", so pages stay deterministic.
+SORTS = {
+    "hot": ("net", "ranking", "DESC"),
+    "new": (None, None, "DESC"),
+    "active": ("last_active", "lastActive", "DESC"),
+    "top": ("net", "netScore", "DESC"),
+    "controversial": ("net", "netScore", "ASC"),
+    "most_commented": ("ncom", "commentCount", "DESC"),
+}
+SORT_NAMES = "any(" + ",".join(SORTS) + ")"
+PER_PAGE = 25
 
 
 def ago(ts: int) -> str:
@@ -215,14 +318,41 @@ def make_app() -> Any:
                 f'<button class="vote__button vote__down" name="choice" value="-1" title="Downvote">Downvote</button>'
                 "</form>")
 
-    def submission_rows(where: str = "", args: tuple = ()) -> str:
+    def submission_rows(where: str = "", args: tuple = (), sort: str = "hot", paginate: bool = True) -> str:
+        key, cursor_name, direction = SORTS[sort]
+        cond, cargs = [], []
+        try:
+            next_id = int(request.args["next[id]"]) if paginate and "next[id]" in request.args else None
+            next_key = int(request.args[f"next[{cursor_name}]"]) if next_id is not None and key else None
+        except (KeyError, ValueError):
+            next_id = next_key = None
+        if next_id is not None:
+            if key and next_key is not None:
+                cmp = "<" if direction == "DESC" else ">"
+                cond.append(f"(s.{key} {cmp} %s OR (s.{key} = %s AND s.id <= %s))")
+                cargs += [next_key, next_key, next_id]
+            else:
+                cond.append("s.id <= %s")
+                cargs.append(next_id)
+        order = (f"s.{key} {direction}, " if key else "") + "s.id DESC"
         rows = db.all(
-            f"SELECT x.id, f.name, x.title, x.url, u.username, x.created, {score_sql('s')}, "
-            "(SELECT count(*) FROM comments c WHERE c.submission_id = x.id) "
-            f"FROM submissions x JOIN forums f ON f.id = x.forum_id JOIN users u ON u.id = x.user_id {where} "
-            f"ORDER BY {score_sql('s')} DESC, x.id DESC", args)
+            f"SELECT * FROM (SELECT x.id, f.name, x.title, x.url, u.username, x.created, {score_sql('s')} AS net, "
+            "(SELECT count(*) FROM comments c WHERE c.submission_id = x.id) AS ncom, "
+            "greatest(x.created, (SELECT max(c.created) FROM comments c WHERE c.submission_id = x.id)) AS last_active "
+            f"FROM submissions x JOIN forums f ON f.id = x.forum_id JOIN users u ON u.id = x.user_id {where}) s "
+            f"{'WHERE ' + ' AND '.join(cond) if cond else ''} ORDER BY {order} LIMIT %s",
+            tuple(args) + tuple(cargs) + ((PER_PAGE + 1,) if paginate else (1_000_000,)))
+        more = ""
+        if paginate and len(rows) > PER_PAGE:
+            nxt = rows[PER_PAGE]
+            params = [(k, v) for k, v in request.args.items(multi=True) if not k.startswith("next[")]
+            if key:
+                params.append((f"next[{cursor_name}]", str(nxt[{"net": 6, "ncom": 7, "last_active": 8}[key]])))
+            params.append(("next[id]", str(nxt[0])))
+            more = f'<nav class="pagination"><a href="{esc(request.path)}?{esc(urlencode(params))}" rel="next">More</a></nav>'
+            rows = rows[:PER_PAGE]
         out = []
-        for sid, forum, title, url, author, created, score, ncom in rows:
+        for sid, forum, title, url, author, created, score, ncom, _ in rows:
             href = f"/f/{esc(forum)}/{sid}/{slugify(title)}"
             out.append(
                 f'<article class="submission" id="submission_{sid}">{vote_form("s", sid, score)}'
@@ -230,12 +360,21 @@ def make_app() -> Any:
                 f'<p class="submission__info">Submitted by <a href="/user/{esc(author)}">{esc(author)}</a> '
                 f'<time datetime="{ago(created)}">{ago(created)}</time> in <a href="/f/{esc(forum)}">{esc(forum)}</a></p>'
                 f'<nav class="submission__nav"><a href="{href}">{ncom} comments</a></nav></article>')
-        return "".join(out) or "<p>There doesn't seem to be anything here.</p>"
+        return ("".join(out) or "<p>There doesn't seem to be anything here.</p>") + more
+
+    def sort_nav(base: str, current: str) -> str:
+        labels = {"hot": "Hot", "new": "New", "active": "Active", "top": "Top", "controversial": "Controversial",
+                  "most_commented": "Most commented"}
+        return '<nav class="submission-sort">' + " ".join(
+            f'<a href="{esc(base)}/{k}" class="tab{" tab--active" if k == current else ""}">{v}</a>'
+            for k, v in labels.items()) + "</nav>"
 
     @app.get("/")
     @app.get("/all")
-    def front() -> Response:
-        return render("Postmill", f"<h1>All forums</h1>{submission_rows()}")
+    @app.get(f"/<{SORT_NAMES}:sort>")
+    @app.get(f"/all/<{SORT_NAMES}:sort>")
+    def front(sort: str = "hot") -> Response:
+        return render("Postmill", f"<h1>All forums</h1>{sort_nav('/all', sort)}{submission_rows(sort=sort)}")
 
     @app.get("/forums")
     @app.get("/forums/all")
@@ -255,11 +394,13 @@ def make_app() -> Any:
         return row
 
     @app.get("/f/<forum>")
-    def forum_page(forum: str) -> Response:
+    @app.get(f"/f/<forum>/<{SORT_NAMES}:sort>")
+    def forum_page(forum: str, sort: str = "hot") -> Response:
         fid, name, title, desc, sidebar = forum_or_404(forum)
         side = f'<aside class="sidebar"><h1>{esc(title)}</h1><p>{esc(desc)}</p><p>{esc(sidebar)}</p></aside>'
         return render(f"/f/{name}", f'<h1 class="forum-title"><a href="/f/{esc(name)}">/f/{esc(name)}</a></h1>'
-                      f'{side}{submission_rows("WHERE x.forum_id = %s", (fid,))}')
+                      f'{sort_nav(f"/f/{name}", sort)}{side}'
+                      f'{submission_rows("WHERE x.forum_id = %s", (fid,), sort=sort)}')
 
     def comment_tree(sub_id: int) -> str:
         rows = db.all(f"SELECT x.id, x.parent_id, u.username, x.body, x.created, {score_sql('c')} FROM comments x "
@@ -299,7 +440,8 @@ def make_app() -> Any:
         body_html = (f'<article class="submission submission--full" id="submission_{sid}">{vote_form("s", sid, score)}'
                      f'<h1 class="submission__title">{link}</h1>'
                      f'<p class="submission__info">Submitted by <a href="/user/{esc(author)}">{esc(author)}</a> '
-                     f'<time datetime="{ago(created)}">{ago(created)}</time></p>'
+                     f'<time datetime="{ago(created)}">{ago(created)}</time> in '
+                     f'<a href="/f/{esc(fname)}">{esc(fname)}</a></p>'
                      f'<div class="submission__body">{esc(body or "")}</div></article>'
                      f'{form}<section class="comments">{comment_tree(sid)}</section>')
         return render(title, body_html)
@@ -410,6 +552,12 @@ def make_app() -> Any:
     def logout() -> Response:
         return sessions.end(redirect("/"))
 
+    @app.get("/submission_images/<name>")
+    def submission_image(name: str) -> Response:
+        if not db.one("SELECT id FROM images WHERE file_name = %s", (name,)):
+            abort(404)
+        return Response(PLACEHOLDER_JPEG, mimetype="image/jpeg", headers={"Cache-Control": "public, max-age=86400"})
+
     def user_or_404(name: str) -> tuple:
         row = db.one("SELECT id, username, biography, created, email FROM users WHERE lower(username) = lower(%s)", (name,))
         if not row:
@@ -421,7 +569,7 @@ def make_app() -> Any:
         uid, uname, bio, created, _ = user_or_404(name)
         bio_html = (f'<div class="user-bio__biography">{esc(bio)}</div>' if bio else "")
         edit = (f'<p><a href="/user/{esc(uname)}/edit_biography">Edit biography</a></p>' if g.user == uname else "")
-        subs = submission_rows("WHERE x.user_id = %s", (uid,))
+        subs = submission_rows("WHERE x.user_id = %s", (uid,), sort="new", paginate=False)
         coms = "".join(f'<article class="comment"><div class="comment__body">{esc(b)}</div>'
                        f'<a href="/f/{esc(f)}/{s}/-/comment/{c}">permalink</a></article>'
                        for c, s, f, b in db.all("SELECT c.id, c.submission_id, f.name, c.body FROM comments c "
