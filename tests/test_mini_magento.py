@@ -5,10 +5,14 @@ Real container, real HTTP on 127.0.0.1, real Chromium. The upstream configure co
 """
 from __future__ import annotations
 
+import html
+import json
 import re
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -22,6 +26,7 @@ LOGIN_ERROR = ("The account sign-in was incorrect or your account is disabled te
                "Please wait and try again later.")
 EMMA = ("emma.lopez@gmail.com", "Password.123")
 ADMIN = {"username": "admin", "password": "admin1234"}
+TASK_PAGES = Path(__file__).resolve().parents[1] / "envctl/images/mini/magento/files/task_pages.json"
 
 
 @dataclass
@@ -415,3 +420,54 @@ def test_admin_cms_page_edit_changes_the_fingerprint(shop: Shop, module_containe
     assert 'value="About One Stop Market"' in admin.get(shop.base + "/admin/cms/page/edit/page_id/5/").text
     after = catalog_fingerprint(module_containers, shop.name, "shopping_admin")
     assert {line.split("\t")[0] for line in set(before.splitlines()) ^ set(after.splitlines())} == {"magentodb.cms_page"}
+
+
+# --- the WebArena / VisualWebArena tasks' start pages ------------------------------------------------------
+def test_every_task_start_page_answers_and_shows_its_item(shop: Shop, module_containers: Containers) -> None:
+    """Each start page of files/task_pages.json answers 200 for the task's signed-in user (Emma, the admin),
+    is no login page, and shows what its URL names: the product, the category, the admin product's form."""
+    pages = json.loads(TASK_PAGES.read_text())
+    assert len(pages) > 200 and {e["site"] for e in pages} == {"shopping", "shopping_admin"}
+
+    def rows(query: str) -> dict[str, str]:
+        return dict(line.split("\t", 1) for line in sql(module_containers, shop.name, query).splitlines())
+
+    products = rows("SELECT url_key, name FROM catalog_product_entity WHERE status = 1")
+    by_id = rows("SELECT entity_id, name FROM catalog_product_entity")
+    categories = rows("SELECT url_path, name FROM catalog_category_entity")
+    customer, admin = customer_session(shop.base), admin_session(shop.base)
+    failures, counted = [], {"product": 0, "category": 0, "admin product": 0}
+    for e in pages:
+        session, url = (customer, shop.base + e["path"]) if e["site"] == "shopping" else \
+            (admin, shop.base + "/admin" + e["path"])
+        path = urlsplit(e["path"]).path
+        r = session.get(url, timeout=30)
+        text = html.unescape(r.text)
+        expect = None
+        if e["site"] == "shopping" and path.endswith(".html"):
+            key = path[1:-5]
+            kind = "category" if key in categories else "product"
+            expect = categories.get(key) or products.get(key)
+            if expect is None:
+                failures.append(f"{url}: no {kind} {key!r} in the database")
+                continue
+            counted[kind] += 1
+        elif e["site"] == "shopping_admin" and path.startswith("/catalog/product/edit/id/"):
+            pid = path.split("/")[5]
+            if pid not in by_id:
+                failures.append(f"{url}: no product {pid} in the database")
+                continue
+            counted["admin product"] += 1
+            expect = f'name="product[name]" value="{by_id[pid]}"'
+        if r.status_code != 200:
+            failures.append(f"{url}: HTTP {r.status_code}")
+        elif "/customer/account/login" in urlsplit(r.url).path or "Welcome, please sign in" in text \
+                or "block-customer-login" in text:
+            failures.append(f"{url}: landed on a login page ({r.url})")
+        elif e["site"] == "shopping" and "Welcome, Emma Lopez!" not in text:
+            failures.append(f"{url}: Emma is not signed in on the page")
+        elif expect and expect not in text:
+            failures.append(f"{url}: does not show {expect!r}")
+    print(f"{len(pages)} start pages checked: {counted}; {len(failures)} failed")
+    assert not failures, f"{len(failures)} of {len(pages)} start pages fail:\n" + "\n".join(failures[:40])
+    assert counted["admin product"] == 6 and counted["product"] >= 79

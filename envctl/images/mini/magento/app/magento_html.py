@@ -39,8 +39,9 @@ def price(value: object) -> str:
 
 
 def store_page(u: Url, title: str, body: str, *, customer: str | None, categories: Sequence[tuple],
-               h1: str | None = None) -> str:
-    """A storefront page. ``categories`` rows are (id, parent_id, name, url_path)."""
+               h1: str | None = None, canonical: str | None = None) -> str:
+    """A storefront page. ``categories`` rows are (id, parent_id, name, url_path); ``canonical`` is the
+    path of a category's or product's own URL (Magento's ``<link rel="canonical">``)."""
     if customer:
         links = (f'<li class="greet welcome"><span class="logged-in">Welcome, {esc(customer)}!</span></li>'
                  f'<li><a href="{u("/customer/account/")}">My Account</a></li>'
@@ -57,7 +58,9 @@ def store_page(u: Url, title: str, body: str, *, customer: str | None, categorie
     head = h1 if h1 is not None else title
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{esc(title)}</title>"
+        + (f'<link rel="canonical" href="{u(canonical)}">' if canonical else "")
+        + f"<style>{CSS}</style></head><body>"
         f'<header class="page-header"><div class="panel header"><ul class="header links">{links}</ul></div>'
         f'<a class="logo" href="{u("/")}" title="{STORE_NAME}"><strong>{STORE_NAME}</strong></a> '
         f'<a class="action showcart" href="{u("/checkout/cart/")}"><span class="text">My Cart</span></a>'

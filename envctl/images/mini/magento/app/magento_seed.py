@@ -9,7 +9,10 @@ Usage (inside the image build, with MariaDB running): ``python3 -m sites.magento
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from miniweb.core import SESSIONS_DDL, Database
 
@@ -251,6 +254,108 @@ REVIEWS = [  # product, status (1 approved, 2 pending), customer, nickname, titl
 
 ADMIN = (1, "admin", "admin1234", "Admin", "User", "admin@example.com")
 
+# --- the tasks' start pages (files/task_pages.json, written by scripts/task_pages.py) ----------------------
+# Every WebArena / VisualWebArena task that opens on the shop or its admin must open on a real page, so the
+# build adds the catalog items those start URLs name: each category path (with its parents), each product
+# URL key, and each product the admin edit URLs name (under that exact entity id).
+TASK_PAGES = Path(os.environ.get("MAGENTO_TASK_PAGES", "/usr/local/lib/envctl/magento-task-pages.json"))
+# Top-level category names as the upstream store spells them (other levels are titled from the URL key).
+CATEGORY_NAMES = {
+    "cell-phones-accessories": "Cell Phones & Accessories",
+    "health-household": "Health & Household",
+    "home-kitchen": "Home & Kitchen",
+    "office-products": "Office Products",
+    "patio-lawn-garden": "Patio, Lawn & Garden",
+    "sports-outdoors": "Sports & Outdoors",
+    "tools-home-improvement": "Tools & Home Improvement",
+}
+# Prices of the admin start pages' products: those the upstream tasks' evaluators imply (webarena/458-463
+# change the price by an amount or a percentage and check the result), so these tasks stay solvable.
+ADMIN_TASK_PRICES = {1481: 32.00, 237: 69.00, 418: 45.00, 721: 18.00, 710: 18.00, 996: 32.00}
+_MINOR_WORDS = {"a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to", "with", "w"}
+
+
+def title_from_slug(slug: str) -> str:
+    """A readable title from a URL key: words capitalised, minor words lower case, ``men-s`` -> ``Men’s``.
+
+    The possessive uses U+2019, which HTML escaping leaves alone, so the page text keeps the URL key's words.
+    """
+    words: list[str] = []
+    for w in slug.split("-"):
+        if w == "s" and words:
+            words[-1] += "’s"
+        elif w:
+            words.append(w)
+    return " ".join(w if i and w in _MINOR_WORDS else w[:1].upper() + w[1:] for i, w in enumerate(words))
+
+
+def task_page_items(pages: list[dict], categories: list[tuple] = CATEGORIES, products: list[tuple] = PRODUCTS,
+                    ) -> tuple[list[tuple], list[tuple]]:
+    """(new categories, new products) the start pages name, in a fixed order with fixed ids.
+
+    Categories are (id, parent, name, url_path); products are (id, sku, name, url_key, price, qty).
+    ``/a/b/c.html`` is a category path (``a``, ``a/b`` and ``a/b/c`` are made); a one-segment ``/x.html`` is
+    a top-level category when some category path starts with ``x/`` or ``x`` is one already, else a product
+    URL key. Existing ids and URL keys are kept; new ids never collide with them or with each other.
+    """
+    shop_paths, admin_ids = set(), {}
+    for e in pages:
+        path = urlsplit(e["path"]).path
+        if e["site"] == "shopping" and path.endswith(".html"):
+            shop_paths.add(path[1:-5])
+        elif e["site"] == "shopping_admin" and path.startswith("/catalog/product/edit/id/"):
+            admin_ids.setdefault(int(path.split("/")[5]), e["intent"])
+    known_cats = {c[3]: c[0] for c in categories}
+    cat_paths = set()
+    for path in shop_paths:
+        if "/" in path:
+            parts = path.split("/")
+            cat_paths.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    tops = {p.split("/")[0] for p in cat_paths} | {p for p in known_cats if "/" not in p}
+    cat_paths |= {p for p in shop_paths if "/" not in p and p in tops}
+    new_cats, next_id = [], max(known_cats.values()) + 1
+    for path in sorted(cat_paths - set(known_cats), key=lambda p: (p.count("/"), p)):  # parents first
+        parent = known_cats[path.rsplit("/", 1)[0]] if "/" in path else 0
+        name = CATEGORY_NAMES.get(path) or title_from_slug(path.rsplit("/", 1)[-1])
+        known_cats[path] = next_id
+        new_cats.append((next_id, parent, name, path))
+        next_id += 1
+
+    taken_ids = {p[0] for p in products} | set(admin_ids)
+    taken_keys = {url_key(p[2]) for p in products}
+    new_products = []
+    for pid, intent in sorted(admin_ids.items()):
+        if pid in {p[0] for p in products}:
+            continue
+        quoted = [q for q in intent.split('"')[1::2] if q.strip()]
+        name = quoted[0].strip() if quoted else f"Product {pid}"
+        key = url_key(name) if url_key(name) not in taken_keys else f"{url_key(name)}-{pid}"
+        taken_keys.add(key)
+        price = ADMIN_TASK_PRICES.get(pid) or _slug_price(key)
+        new_products.append((pid, f"MINI{pid:06d}", name, key, price, 100))
+    pid = max(p[0] for p in products)
+    for key in sorted(p for p in shop_paths if "/" not in p and p not in cat_paths and p not in taken_keys):
+        pid += 1
+        while pid in taken_ids:
+            pid += 1
+        taken_ids.add(pid)
+        letters = "".join(c for c in key.upper() if c.isalnum())[:5].ljust(5, "X")
+        new_products.append((pid, f"B{pid:04d}{letters}", title_from_slug(key), key, _slug_price(key), 100))
+    return new_cats, sorted(new_products)
+
+
+def url_key(name: str) -> str:
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+
+
+def _slug_price(key: str) -> float:
+    """A stable price between $5.99 and $94.99, from the URL key alone."""
+    return round(5.99 + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 90, 2)
+
+
+def load_task_pages(path: Path = TASK_PAGES) -> list[dict]:
+    return json.loads(path.read_text()) if path.exists() else []
+
 
 def password_hash(password: str, salt: str) -> str:
     """Magento-style ``hash:salt:version`` string (PBKDF2-SHA256 here; the salt is fixed per row)."""
@@ -268,7 +373,8 @@ def check_password(stored: str, password: str) -> bool:
     return hmac.compare_digest(stored, password_hash(password, salt))
 
 
-def seed(db: Database) -> None:
+def seed(db: Database, pages: list[dict] | None = None) -> None:
+    extra_cats, extra_products = task_page_items(load_task_pages() if pages is None else pages)
     with db.cursor() as cur:
         for ddl in [*SCHEMA, SESSIONS_DDL, *TRIGGERS]:
             cur.execute(ddl)
@@ -287,10 +393,16 @@ def seed(db: Database) -> None:
         prices = {}
         for pid, sku, name, price, qty, cats in PRODUCTS:
             prices[pid] = (sku, name, price)
-            key = "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+            key = url_key(name)
             cur.execute("INSERT INTO catalog_product_entity VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
                         (pid, sku, name, key, price, qty, f"{name}. Ships from One Stop Market."))
             cur.executemany("INSERT INTO catalog_category_product VALUES (%s, %s, %s)", [(c, pid, pid) for c in cats])
+        # The start pages' items (after the hand-made catalog, so those ids and keys stay as they are).
+        cur.executemany("INSERT INTO catalog_category_entity VALUES (%s, %s, %s, %s, %s)",
+                        [(i, p, n, u, i) for i, p, n, u in extra_cats])
+        cur.executemany("INSERT INTO catalog_product_entity VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
+                        [(pid, sku, name, key, price, qty, f"{name}. Ships from One Stop Market.")
+                         for pid, sku, name, key, price, qty in extra_products])
         for oid, cid, status, created, lines, shipping in ORDERS:
             _, email, first, last, _ = CUSTOMERS[cid - 1]
             subtotal = round(sum(prices[p][2] * q for p, q in lines), 2)
@@ -331,5 +443,8 @@ def seed(db: Database) -> None:
 
 
 if __name__ == "__main__":
-    seed(Database(os.environ["MINIWEB_DB"]))
-    print("magento seed: done", flush=True)
+    task_pages = load_task_pages()
+    cats, prods = task_page_items(task_pages)
+    seed(Database(os.environ["MINIWEB_DB"]), task_pages)
+    print(f"magento seed: done ({len(task_pages)} task start pages: +{len(cats)} categories,"
+          f" +{len(prods)} products)", flush=True)

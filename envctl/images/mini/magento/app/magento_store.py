@@ -21,10 +21,11 @@ PRODUCT_COLS = "p.entity_id, p.sku, p.name, p.url_key, p.price, p.qty, p.descrip
 def register(site: Any) -> None:  # site: sites.magento.Site
     app, db, u = site.app, site.db, site.u
 
-    def render(title: str, body: str, *, h1: str | None = None, status: int = 200) -> Any:
+    def render(title: str, body: str, *, h1: str | None = None, status: int = 200, canonical: str | None = None) -> Any:
         c = site.customer()
         name = f"{c[2]} {c[3]}" if c else None
-        return store_page(u, title, body, customer=name, categories=site.categories(), h1=h1), status
+        return store_page(u, title, body, customer=name, categories=site.categories(), h1=h1,
+                          canonical=canonical), status
 
     def require_customer() -> tuple | Any:
         c = site.customer()
@@ -38,12 +39,23 @@ def register(site: Any) -> None:  # site: sites.magento.Site
             f'<div class="price-box">{price(r[4])}</div></li>' for r in rows)
         return f'<ol class="products list items product-items">{items}</ol>'
 
+    def breadcrumbs(path: str) -> str:
+        """Magento's trail above a category: Home, then each parent category, then the category itself."""
+        names = {c[3]: c[2] for c in site.categories()}
+        parts = path.split("/")
+        trail = [("/".join(parts[:i]), names.get("/".join(parts[:i]))) for i in range(1, len(parts) + 1)]
+        items = "".join(f'<li class="item category"><a href="{u("/" + p + ".html")}">{esc(n)}</a></li>'
+                        for p, n in trail[:-1] if n)
+        return (f'<div class="breadcrumbs"><ul class="items"><li class="item home"><a href="{u("/")}">Home</a></li>'
+                f'{items}<li class="item category"><strong>{esc(trail[-1][1] or "")}</strong></li></ul></div>')
+
     @app.get("/")
     def home() -> Any:
         rows = db.all(f"SELECT {PRODUCT_COLS} FROM catalog_product_entity p WHERE status = 1 ORDER BY entity_id")
         return render(STORE_NAME, f'<div class="block widget">{grid(rows)}</div>', h1="Home Page")
 
     @app.get("/catalogsearch/result/")
+    @app.get("/catalogsearch/result/index/")
     def search() -> Any:
         q = request.args.get("q", "").strip()
         like = f"%{q}%"
@@ -63,7 +75,7 @@ def register(site: Any) -> None:  # site: sites.magento.Site
             rows = db.all(f"SELECT {PRODUCT_COLS} FROM catalog_product_entity p JOIN catalog_category_product c"
                           " ON c.product_id = p.entity_id WHERE c.category_id = %s AND p.status = 1"
                           " AND p.price >= %s AND p.price < %s ORDER BY c.position", (cat[0], lo, hi))
-            return render(cat[1], grid(rows))
+            return render(cat[1], breadcrumbs(path) + grid(rows), canonical=f"/{path}.html")
         prod = db.one(f"SELECT {PRODUCT_COLS} FROM catalog_product_entity p WHERE url_key = %s AND status = 1", (path,))
         if not prod:
             abort(404)
@@ -102,7 +114,7 @@ def register(site: Any) -> None:  # site: sites.magento.Site
             '<label for="review_field">Review</label><textarea id="review_field" name="detail" required></textarea>'
             '<button type="submit" class="action submit primary"><span>Submit Review</span></button></form></div>'
         )
-        return render(p[2], body)
+        return render(p[2], body, canonical=f"/{p[3]}.html")
 
     @app.post("/review/product/post/id/<int:product_id>/")
     def review_post(product_id: int) -> Any:
