@@ -28,7 +28,7 @@ from task_pages import IMAGE_OF, start_pages, task_files  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-INSTANCE, OFFSET = "sp1", 26000
+INSTANCE, OFFSET = "sp1", 20000
 LOGIN_PATHS = re.compile(r"/(login|users/sign_in|customer/account/login|admin/?$)|page=login")
 
 
@@ -69,8 +69,8 @@ def _named(site: str, path: str) -> str | None:
         return _words(p.split("/")[2])
     if site == "gitlab" and len(p.strip("/").split("/")) >= 2:
         return _words(p.strip("/").split("/")[1])
-    if site == "wikipedia" and "/A/" in p:
-        return _words(p.split("/A/", 1)[1].split("/")[-1])
+    if site == "wikipedia" and "/A/" in p and not p.split("/A/", 1)[1].startswith("User:"):  # User: is the portal
+        return _words(p.split("/A/", 1)[1])
     return None
 
 
