@@ -225,6 +225,42 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
     _exit_unless(report["ok"])
 
 
+# -- plan ----------------------------------------------------------------------------------------
+@cli.command("plan")
+@sites_argument
+@flavor_option
+@click.option("--memory", "memory", default=None, help="plan for a host with this much memory (e.g. 64g) [this host]")
+@json_option
+@pass_ctx
+def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: str | None, as_json: bool) -> None:
+    """How many pristine spares per site fit this host (what 'envctl up' boots by default on the full flavor)."""
+    import re
+
+    from envctl.plan import SPARES_BY_DEFAULT, memory_bytes, plan
+    from envctl.render import emit_json, table
+
+    flavor = flavor or "full"
+    if flavor not in ctx.catalog.flavors():
+        raise UsageError(f"unknown flavor '{flavor}'", f"choose one of {', '.join(ctx.catalog.flavors())}")
+    if memory is not None and not re.fullmatch(r"[0-9]{1,7}[kmg]", memory.lower()):
+        raise UsageError(f"--memory {memory!r} is not a size", "write it like 64g or 512m")
+    names = [n for n in ctx.catalog.resolve(list(site_names), all_sites=not site_names)
+             if flavor in ctx.catalog.site(n).flavors]
+    p = plan(ctx.catalog, names, flavor, memory_bytes(memory.lower()) if memory else None)
+    if as_json:
+        emit_json({**p.to_dict(), "applied_by_up": flavor in SPARES_BY_DEFAULT})
+        return
+    gb = lambda n: f"{n / (1 << 30):.1f} GiB"  # noqa: E731
+    table(f"{flavor} flavor on {gb(p.host_bytes)} (budget {gb(p.budget_bytes)}, planned {gb(p.used_bytes)})",
+          ["site", "one copy", "spares wanted", "spares that fit"],
+          [[s.site, gb(s.copy_bytes), s.wanted, s.spares] for s in p.sites])
+    if not p.fits:
+        click.echo("the active copies alone exceed the budget: start fewer sites at once, or use a larger host")
+    click.echo("'envctl up' boots these spares by default" if flavor in SPARES_BY_DEFAULT else
+               f"'envctl up' boots no spares by default on the {flavor} flavor (its recreate takes seconds); "
+               "'--spares K' asks for them")
+
+
 # -- images --------------------------------------------------------------------------------------
 @cli.group()
 def images() -> None:
@@ -774,8 +810,13 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
 @pass_ctx
 def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir: str | None) -> None:
     """Internal: remove dirty copies and boot spares (run detached by reset and up --spares)."""
+    import signal
     import time as _t
 
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(143)  # unwinds: the spare being booted is removed ('envctl down' sends this)
+
+    signal.signal(signal.SIGTERM, stop)
     lab = ctx.lab(instance, auth_dir)
     for site in site_names:
         t = _t.monotonic()

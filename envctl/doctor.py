@@ -7,6 +7,7 @@ from typing import Any
 
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError
+from envctl.plan import memory_bytes
 
 
 def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -17,11 +18,6 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-def _mem_bytes(text: str | None) -> int:
-    if not text:
-        return 0
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    return int(text[:-1]) * units[text[-1]]
 
 
 def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
@@ -64,7 +60,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     else:
         checks.append(_check("disk", "ok" if free > 5e9 else "warn", f"{_gb(free)} free on {probe_dir}"))
 
-    need_mem = sum(_mem_bytes(catalog.site(n).services[s].flavors[flavor].memory or catalog.site(n).services[s].memory)
+    need_mem = sum(memory_bytes(catalog.site(n).services[s].flavors[flavor].memory or catalog.site(n).services[s].memory)
                    for n in names for s in catalog.site(n).services_for(flavor))
     try:
         avail = int(next(line for line in open("/proc/meminfo") if line.startswith("MemAvailable")).split()[1]) * 1024

@@ -31,6 +31,8 @@ from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
 from envctl.locks import locked
 from envctl.paths import data_dir
+from envctl.plan import SPARES_BY_DEFAULT
+from envctl.plan import plan as capacity_plan
 from envctl.provision import docker as dk
 from envctl.provision import proxy
 from envctl.provision.local import Copy, InstanceSettings
@@ -66,6 +68,7 @@ class UpResult:
     seconds: float
     login_files: list[str] = field(default_factory=list)
     login_error: str = ""
+    spares: dict[str, int] = field(default_factory=dict)  # spares per site set by this 'up' (booted in the background)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +77,7 @@ class UpResult:
     def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "flavor": self.flavor, "ok": self.ok, "seconds": round(self.seconds, 3),
                 "sites": [asdict(s) for s in self.sites], "login_files": self.login_files,
-                "login_error": self.login_error}
+                "login_error": self.login_error, "spares": self.spares}
 
 
 @dataclass
@@ -290,16 +293,35 @@ class Lab:
         if login and result.ok and wait:
             result.login_files = self._seed_logins([s.site for s in result.sites], progress)
             result.login_error = self.login_error
-        if spares is not None:
+        want = self._spares_wanted(inst, names, spares)
+        if want:
             # Spares are booted by a detached process: 'up' returns when the active copies are healthy.
-            spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
             with inst.routing() as table:
-                for n in spare_sites:
-                    table.wanted[n] = spares
-            if spares > 0 and result.ok:
-                progress("*", "spares", f"booting {spares} spare(s) per site in the background")
-                resets.spawn_replenish(inst, self.logins, spare_sites)
+                table.wanted.update(want)
+            result.spares = want
+            boot = [n for n, k in want.items() if k > 0]
+            if boot and result.ok:
+                progress("*", "spares", "booting spares in the background: "
+                         + ", ".join(f"{n} {want[n]}" for n in boot))
+                resets.spawn_replenish(inst, self.logins, boot)
         return result
+
+    def _spares_wanted(self, inst: Instance, names: list[str], spares: int | None) -> dict[str, int]:
+        """Spares per site this 'up' sets: ``--spares K`` for every spare-tier site; without it, on a
+        flavor whose recreate is slow, what the capacity plan grants the sites that have no setting yet."""
+        spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
+        if spares is not None:
+            return {n: spares for n in spare_sites}
+        if inst.settings.flavor not in SPARES_BY_DEFAULT:
+            return {}
+        table = inst.table()
+        fresh = [n for n in spare_sites if n not in table.wanted]
+        if not fresh:
+            return {}
+        up = inst.sites_up(table)
+        fixed = {n: table.wanted.get(n, 0) for n in up if n not in fresh}
+        granted = capacity_plan(self.catalog, up, inst.settings.flavor, fixed=fixed).spares()
+        return {n: granted.get(n, 0) for n in fresh}
 
     def _ensure_site(self, inst: Instance, name: str, *, wait: bool, progress: Progress) -> SiteResult:
         site = self.catalog.site(name)
@@ -539,8 +561,9 @@ class Lab:
         removed: list[str] = []
         kept: list[str] = []
         pname = proxy.proxy_name(self.instance)
+        names = self.catalog.resolve(sites) if sites else None
+        resets.stop_replenishers(self.instance, names)  # a spare booting in the background would appear later
         with locked(f"instance.{self.instance}"):
-            names = self.catalog.resolve(sites) if sites else None
             for c in dk.containers(instance=self.instance):
                 if c.name != pname and (names is None or dk.label(c, "site") in names):
                     removed.append(c.name)

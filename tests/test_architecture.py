@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "envctl"
 LAYERS: list[tuple[str, ...]] = [
     ("envctl.errors", "envctl.paths", "envctl.validate", "envctl.secrets"),
     ("envctl.catalog", "envctl.locks"),
-    ("envctl.healthchecks", "envctl.images", "envctl.provision"),
+    ("envctl.healthchecks", "envctl.images", "envctl.provision", "envctl.plan"),
     ("envctl.instance",),
     ("envctl.state", "envctl.auth", "envctl.smoke"),
     ("envctl.lab", "envctl.cloud", "envctl.leases"),

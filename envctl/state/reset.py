@@ -229,6 +229,48 @@ def spawn_replenish(inst: Instance, logins: Logins, sites: list[str]) -> subproc
     return subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
 
 
+def replenisher_pids(instance: str, sites: list[str] | None = None) -> list[int]:
+    """The running replenisher processes of ``instance`` (of any of ``sites``), found in /proc."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"_replenish" in argv and b"--instance" in argv:
+            i = argv.index(b"--instance")
+            if i + 1 < len(argv) and argv[i + 1] == instance.encode() and (
+                    sites is None or any(site.encode() in argv for site in sites)):
+                pids.append(int(d.name))
+    return pids
+
+
+def stop_replenishers(instance: str, sites: list[str] | None = None, timeout: float = 20.0) -> list[int]:
+    """Stop ``instance``'s replenishers (SIGTERM: a spare being booted is removed), SIGKILL after ``timeout``.
+
+    'down' calls this first, so no spare appears after it has listed what to remove."""
+    import signal
+
+    pids = replenisher_pids(instance, sites)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p in pids for p in replenisher_pids(instance)):
+        time.sleep(0.1)
+    for pid in replenisher_pids(instance):
+        if pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return pids
+
+
 # -- the tiers ---------------------------------------------------------------------------------
 
 def _swap_to_spare(inst: Instance, site: str,
