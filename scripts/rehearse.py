@@ -318,10 +318,12 @@ class SiteRun:
     ok: bool = True
     why: str = ""
     phases: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         t = " ".join(f"{k} {v:.1f}s" for k, v in self.phases.items())
-        return f"{self.site:<15} {'PASS' if self.ok else 'FAIL'}  {t}" + (f"  -- {self.why}" if self.why else "")
+        extra = f"  ({', '.join(self.notes)})" if self.notes else ""
+        return f"{self.site:<15} {'PASS' if self.ok else 'FAIL'}  {t}{extra}" + (f"  -- {self.why}" if self.why else "")
 
 
 class Driver:
@@ -388,7 +390,10 @@ class Driver:
                     raise RuntimeError("write: the rehearsal's row change is not there")
                 self.step(run, "verify", "verify", name, *i, expect=1)  # dirty: must be told apart
                 self.step(run, "snapshot", "snapshot", "create", name, "--name", "rehearsal", *i)
-                self.step(run, "reset", "reset", name, *i, "--auth-dir", str(self.auth))
+                res = self.step(run, "reset", "reset", name, *i, "--auth-dir", str(self.auth), json_out=True)
+                tiers = [r.get("tier") for r in (res if isinstance(res, list) else (res or {}).get("results", []))
+                         if isinstance(r, dict)]
+                run.notes.append(f"reset tier {'/'.join(t for t in tiers if t) or '?'}")
                 self.step(run, "verify", "verify", name, *i)
                 if self.count_marks(run, w) != 0:
                     raise RuntimeError("reset: the write survived")
@@ -466,7 +471,7 @@ def main() -> int:
         for name in sites:
             run = driver.site(name, rehearsed)
             runs.append(run)
-            print(json.dumps({"site": run.site, "ok": run.ok, "why": run.why, "phases": run.phases})
+            print(json.dumps({"site": run.site, "ok": run.ok, "why": run.why, "phases": run.phases, "notes": run.notes})
                   if args.json else run.line(), flush=True)
     finally:
         driver.envctl("down", "-i", INSTANCE, "--volumes")

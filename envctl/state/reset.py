@@ -364,15 +364,17 @@ def restore(inst: Instance, logins: Logins, site: str, images: dict[str, str], l
             progress: Progress = _noop) -> Copy:
     """Boot a copy from ``images`` (a snapshot), wait until healthy, route it, drop the old copy."""
     with locked(f"reset.{inst.name}.{site}"):
-        copy = inst.boot_copy(site, role="active", images=images, golden=label, progress=progress)
-        try:
-            inst.wait_healthy(copy, progress)
-        except BaseException:
-            inst.backend.remove_copy(copy)
-            raise
-        with inst.routing() as table:
-            inst.route(table, copy)
-        with locked(f"spare.{inst.name}.{site}"):
+        # The spare lock keeps a replenisher's cleanup away from this copy while it is neither active
+        # nor spare (it would remove it as a stray), as in a recreate.
+        with locked(f"spare.{inst.name}.{site}", timeout=inst.catalog.site(site).health.timeout * 2):
+            copy = inst.boot_copy(site, role="active", images=images, golden=label, progress=progress)
+            try:
+                inst.wait_healthy(copy, progress)
+            except BaseException:
+                inst.backend.remove_copy(copy)
+                raise
+            with inst.routing() as table:
+                inst.route(table, copy)
             cleanup_strays(inst, logins, site)
         login(inst, logins, [site])
     return copy
