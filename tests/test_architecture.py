@@ -139,7 +139,7 @@ def test_only_the_docker_backend_talks_to_the_engine(module: str) -> None:
 
 CLI_MAY_IMPORT = {"envctl", "envctl.errors", "envctl.catalog", "envctl.lab", "envctl.render", "envctl.envformat",
                   "envctl.doctor", "envctl.serve", "envctl.images", "envctl.smoke", "envctl.cloud", "envctl.locks",
-                  "envctl.validate"}
+                  "envctl.validate", "envctl.plan"}
 
 
 def test_the_cli_calls_the_library_facades_only() -> None:

@@ -173,6 +173,7 @@ PARAM_KINDS: dict[str, tuple[st.SearchStrategy[str], tuple[str, ...]]] = {
     "task_set": (BAD_TASKS, ("task", "--tasks")),
     "tag": (BAD_TAG, ("tag",)),
     "instances": (st.one_of(BAD_INT, st.sampled_from(["0", "65"])), ("--instances",)),
+    "memory": (st.sampled_from(["lots", "12x", "1.5g", "-1m", "", "64 g", "64gb"]), ("--memory",)),
     "pool_sites": (BAD_SITE, ("site", "--sites")),
     "heal_after": (BAD_FLOAT, ("--heal-after",)),
     "base_offset": (st.one_of(BAD_INT, st.sampled_from(["60001"])), ("--base-offset", "offset")),

@@ -21,7 +21,7 @@ from envctl.provision import docker as dk
 from envctl.provision import proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
-INSTANCE, OFFSET = "rt", 26000
+INSTANCE, OFFSET = "rt", 12000  # every port below the ephemeral range (32768+)
 SITES = ["reddit", "gitlab", "classifieds", "wikipedia"]
 GITLAB_TOKEN = "glpat-envctlMiniByteblaze1"
 
