@@ -66,8 +66,8 @@ def main() -> int:
             results = lab.reset(all_sites=True)
             own.append(time.monotonic() - t)
             assert all(r.ok for r in results), [r.error for r in results if not r.ok]
-            proto.append(browsergym_full_reset(base, "?wait=1"))
-            old.append(browsergym_full_reset(base))
+            proto.append(browsergym_full_reset(base))
+            old.append(browsergym_full_reset(base, "?wait=0"))
         m_own, m_proto, m_old = (statistics.median(x) for x in (own, proto, old))
         print(f"sites: {', '.join(sites)} (mini), {args.n} runs each, medians")
         print(f"envctl's own reset (Lab.reset):              {m_own:6.2f} s")

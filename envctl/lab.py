@@ -431,10 +431,22 @@ class Lab:
             self.catalog.resolve(sites)  # a typo is a usage error before anything else
         inst = self.running()
         names = self._up_sites(inst, sites, all_sites)
+        # Sites reset side by side: login files pairing two of them (gitlab.reddit_state.json) are
+        # made once every site has its final copy, not while the partner is being swapped.
+        defer = sum(1 for n in names if self.catalog.site(n).login) > 1
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             futures = [pool.submit(resets.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
-                                   replenish_async=replenish_async) for n in names]
-            return [f.result() for f in futures]
+                                   replenish_async=replenish_async, defer_login=defer) for n in names]
+            results = [f.result() for f in futures]
+        renew = [r.site for r in results if r.ok and r.tier in ("recreate", "spare") and self.catalog.site(r.site).login]
+        if defer and renew:
+            t = time.monotonic()
+            progress("*", "login", "renewing the login files of " + ", ".join(renew))
+            resets.login(inst, self.logins, renew)
+            for r in results:
+                if r.site in renew:
+                    r.phases["login"] = time.monotonic() - t
+        return results
 
     def verify(self, site: str) -> VerifyResult:
         return resets.verify(self.running(), site)
@@ -546,9 +558,12 @@ class Lab:
                 role = ("active" if slot == active_slot else
                         "spare" if slot in table.spares.get(site_name, []) else "booting")
                 for svc, c in cp.containers.items():
-                    containers.append(ContainerStatus(c.name, svc, slot, role, c.state.status or "", dk.label(c, "image"),
-                                                      dk.label(c, "golden") or None,
-                                                      round(time.time() - float(dk.label(c, "created", "0")), 1)))
+                    try:
+                        containers.append(ContainerStatus(c.name, svc, slot, role, c.state.status or "",
+                                                          dk.label(c, "image"), dk.label(c, "golden") or None,
+                                                          round(time.time() - float(dk.label(c, "created", "0")), 1)))
+                    except dk.NoSuchContainer:
+                        continue  # removed since the listing (a replenisher's cleanup)
             rows.append(SiteStatus(site_name, inst.settings.deployment.url(site) + site.url_path, inst.flavor, ok,
                                    [p.to_dict() for p in probes], containers, len(table.spares.get(site_name, []))))
         s = inst.settings

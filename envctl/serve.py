@@ -3,8 +3,8 @@
 - ``GET /reset``  -> a reset of every site that is up, answered (200 "Reset initiated") once it has ended,
   so BrowserGym's ``full_reset()``, which waits for this answer without a timeout and then asks
   ``/status`` at once, returns as soon as the sites are pristine instead of a 20 s poll later;
-  418 while one runs. By default it answers at once and resets in the background; ``GET /reset?wait=1``
-  answers when the reset has ended.
+  418 while one runs. ``GET /reset?wait=0`` answers at once and resets in the background (BrowserGym
+  then sleeps 20 s before its next ``/status`` poll, so a 5 s reset costs it 20 s).
 - ``GET /status`` -> 200 "Ready for duty!" when idle, 200 "Reset ongoing" while running,
   500 with the error when the last reset failed.
 - ``POST /reset/<site>`` -> the site's reset, synchronously, as JSON.
@@ -186,6 +186,25 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one line per request to stderr
             pass
 
+        def handle_one_request(self) -> None:
+            # An unexpected error answers 500 with one line (and its traceback goes to the debug log)
+            # instead of closing the connection without an answer.
+            try:
+                super().handle_one_request()
+            except (ConnectionError, TimeoutError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the boundary of one request
+                import traceback
+
+                from envctl.locks import write_debug_log
+
+                where = write_debug_log(traceback.format_exc())
+                try:
+                    self._send(500, f"internal error: {type(exc).__name__}: {exc}" + (f" (traceback in {where})"
+                                                                                       if where else ""))
+                except OSError:
+                    pass
+
         def _send(self, code: int, body: str, ctype: str = "text/plain; charset=utf-8",
                   headers: dict[str, str] | None = None) -> None:
             data = body.encode()
@@ -247,7 +266,7 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
                 return
             if path == "/reset":
                 if service.start_full_reset():
-                    if parse_qs(urlparse(self.path).query).get("wait", ["0"])[0] == "1":
+                    if parse_qs(urlparse(self.path).query).get("wait", ["1"])[0] != "0":
                         service.done.wait(FULL_RESET_WAIT)  # the reset itself is bounded by the sites' deadlines
                     self._send(200, "Reset initiated")
                 else:

@@ -232,8 +232,12 @@ def test_reset_server_speaks_browsergym_protocol(lab):
         from envctl.envformat import browsergym
 
         assert browsergym(lab)["WA_FULL_RESET"] == base
-        # BrowserGym's client: GET /reset, then poll /status until "Ready for duty!"
+        # BrowserGym's client: GET /reset (answered when the reset has ended), then /status at once
         assert requests.get(f"{base}/reset").status_code == 200
+        st = requests.get(f"{base}/status")
+        assert (st.status_code, st.text) == (200, "Ready for duty!")
+        # in the background (?wait=0): a second reset while one runs is a 418; then poll /status
+        assert requests.get(f"{base}/reset?wait=0").status_code == 200
         second = requests.get(f"{base}/reset")
         assert second.status_code == 418
         deadline = time.monotonic() + 600

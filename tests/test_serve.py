@@ -105,7 +105,7 @@ def test_loopback_without_token_speaks_browsergym_protocol(start):
     lab, server, base = start()
     assert server.token is None and running_server_url(lab.instance) == base
     # BrowserGym's client: GET /reset (answered once the reset has ended), then GET /status at once
-    assert requests.get(f"{base}/reset?wait=1").status_code == 200
+    assert requests.get(f"{base}/reset").status_code == 200
     assert lab.full_resets == 1
     assert requests.get(f"{base}/status").text == "Ready for duty!"
     # in the background (?wait=0): a second reset while one runs is a 418

@@ -381,7 +381,10 @@ def restore(inst: Instance, logins: Logins, site: str, images: dict[str, str], l
 
 
 def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = None, wait: bool = True,
-               progress: Progress = _noop, replenish_async: bool = True) -> ResetResult:
+               progress: Progress = _noop, replenish_async: bool = True, defer_login: bool = False) -> ResetResult:
+    """Reset ``site`` through its tiers until one verifies. ``defer_login``: the caller renews the login
+    files of the new copy (a multi-site reset does it once, after every site has its final copy, so
+    files pairing two sites are not made against a copy that is being replaced)."""
     spec = inst.catalog.site(site)
     if tier is not None and tier not in TIERS:
         raise UsageError(f"unknown tier '{tier}'", f"choose one of {', '.join(TIERS)}")
@@ -423,7 +426,8 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                 tl = time.monotonic()
                 # New copies need new login state (pre-made for spares); the endpoint restores listings,
                 # not sessions, and 'none' changes nothing, so their login files stay valid.
-                if t == "recreate" or (t == "spare" and not _install_staged(logins, site, copy.slot)):
+                if (t == "recreate" or (t == "spare" and not _install_staged(logins, site, copy.slot))) \
+                        and not defer_login:
                     login(inst, logins, [site])
                 phases["login"] = time.monotonic() - tl
                 if replenish_async:
