@@ -221,7 +221,8 @@ def validate_registry_mirror(value: str, what: str = "--registry-mirror") -> str
     """A registry mirror: ``host[:port][/prefix]``, e.g. ``mirror.example.org:5000/dockerhub``."""
     port = re.match(r"[^:/]*:([0-9]+)", value) if isinstance(value, str) else None
     if not isinstance(value, str) or not _REGISTRY.fullmatch(value) or not value.isascii() or (
-            port is not None and not 1 <= int(port.group(1)) <= 65535):
+            port is not None and not 1 <= int(port.group(1)) <= 65535) or any(
+            part in (".", "..") for part in value.split("/")[1:]):
         raise UsageError(f"invalid {what} {_show(value)}",
                          "give host[:port][/prefix], e.g. 127.0.0.1:5000 or mirror.example.org/dockerhub (no scheme)")
     return value

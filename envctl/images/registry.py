@@ -61,10 +61,13 @@ def mirror_setting(explicit: str | None = None) -> str | None:
     raw = raw.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
     if not raw:
         return None
-    if any(c in raw for c in " @") or raw.startswith("/"):
+    from envctl.validate import validate_registry_mirror
+
+    try:
+        return validate_registry_mirror(raw, MIRROR_ENV if explicit is None else "--registry-mirror")
+    except UsageError:
         raise UsageError(f"registry mirror {raw!r} is not a registry host[:port][/path]",
-                         f"set {MIRROR_ENV} (or --registry-mirror) to e.g. registry.lab:5000")
-    return raw
+                         f"set {MIRROR_ENV} (or --registry-mirror) to e.g. registry.lab:5000") from None
 
 
 def mirror_ref(ref: str, mirror: str) -> str:
