@@ -233,10 +233,10 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
 @json_option
 @pass_ctx
 def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: str | None, as_json: bool) -> None:
-    """How many pristine spares per site fit this host (what 'envctl up' boots by default on the full flavor)."""
+    """How many pristine spares per site fit this host (what 'envctl up' boots by default)."""
     import re
 
-    from envctl.plan import SPARES_BY_DEFAULT, memory_bytes, plan
+    from envctl.plan import memory_bytes, plan
     from envctl.render import emit_json, table
 
     flavor = flavor or "full"
@@ -248,7 +248,7 @@ def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: 
              if flavor in ctx.catalog.site(n).flavors]
     p = plan(ctx.catalog, names, flavor, memory_bytes(memory.lower()) if memory else None)
     if as_json:
-        emit_json({**p.to_dict(), "applied_by_up": flavor in SPARES_BY_DEFAULT})
+        emit_json({**p.to_dict(), "applied_by_up": True})
         return
     gb = lambda n: f"{n / (1 << 30):.1f} GiB"  # noqa: E731
     table(f"{flavor} flavor on {gb(p.host_bytes)} (budget {gb(p.budget_bytes)}, planned {gb(p.used_bytes)})",
@@ -256,9 +256,7 @@ def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: 
           [[s.site, gb(s.copy_bytes), s.wanted, s.spares] for s in p.sites])
     if not p.fits:
         click.echo("the active copies alone exceed the budget: start fewer sites at once, or use a larger host")
-    click.echo("'envctl up' boots these spares by default" if flavor in SPARES_BY_DEFAULT else
-               f"'envctl up' boots no spares by default on the {flavor} flavor (its recreate takes seconds); "
-               "'--spares K' asks for them")
+    click.echo("'envctl up' boots these spares by default ('--spares K' asks for K per site instead)")
 
 
 # -- images --------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
 from envctl.locks import locked
 from envctl.paths import data_dir
-from envctl.plan import SPARES_BY_DEFAULT
+from envctl.plan import SERVICE_MEMORY_DEFAULT
 from envctl.plan import plan as capacity_plan
 from envctl.provision import docker as dk
 from envctl.provision import proxy
@@ -307,21 +307,34 @@ class Lab:
         return result
 
     def _spares_wanted(self, inst: Instance, names: list[str], spares: int | None) -> dict[str, int]:
-        """Spares per site this 'up' sets: ``--spares K`` for every spare-tier site; without it, on a
-        flavor whose recreate is slow, what the capacity plan grants the sites that have no setting yet."""
+        """Spares per site this 'up' sets: ``--spares K`` for every spare-tier site; without it, what the
+        capacity plan grants the sites that have no setting yet."""
         spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
         if spares is not None:
             return {n: spares for n in spare_sites}
-        if inst.settings.flavor not in SPARES_BY_DEFAULT:
-            return {}
         table = inst.table()
         fresh = [n for n in spare_sites if n not in table.wanted]
         if not fresh:
             return {}
         up = inst.sites_up(table)
         fixed = {n: table.wanted.get(n, 0) for n in up if n not in fresh}
-        granted = capacity_plan(self.catalog, up, inst.settings.flavor, fixed=fixed).spares()
+        granted = capacity_plan(self.catalog, up, inst.settings.flavor, fixed=fixed,
+                                reserved=self._memory_of_other_instances()).spares()
         return {n: granted.get(n, 0) for n in fresh}
+
+    def _memory_of_other_instances(self) -> int:
+        """The memory limits of every other instance's containers on this engine (a pool of instances on
+        one host shares its memory: each instance's plan counts what the others already hold)."""
+        total = 0
+        for c in dk.containers():
+            try:
+                labels = c.config.labels or {}
+                if labels.get("envctl.instance") in (None, self.instance) or labels.get("envctl.role") == "proxy":
+                    continue
+                total += c.host_config.memory or SERVICE_MEMORY_DEFAULT
+            except dk.NoSuchContainer:
+                continue
+        return total
 
     def _ensure_site(self, inst: Instance, name: str, *, wait: bool, progress: Progress) -> SiteResult:
         site = self.catalog.site(name)

@@ -11,8 +11,8 @@ but every spare is a whole second copy of the site. The catalog says what each s
   to the sites whose recreate is slowest (largest health timeout) first, while they fit.
 
 Memory limits are upper bounds, not use, so the plan is conservative. ``envctl up`` applies it by
-default on flavors whose recreate is slow (:data:`SPARES_BY_DEFAULT`, the full flavor); the mini
-flavor recreates in seconds and gets none unless ``--spares`` asks. ``envctl plan`` prints it.
+default on every flavor (``--spares K`` overrides it): with a spare ready, a reset is a route switch
+whether a recreate would take 4 s (mini) or minutes (full). ``envctl plan`` prints it.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from envctl.catalog import Catalog
 
 BUDGET_SHARE = 0.8
 SERVICE_MEMORY_DEFAULT = 512 << 20  # a service without a memory limit is counted as this much
-SPARES_BY_DEFAULT = frozenset({"full"})  # flavors whose recreate takes minutes
 
 
 def memory_bytes(text: str | None) -> int:
@@ -89,12 +88,13 @@ class Plan:
 
 
 def plan(catalog: Catalog, sites: list[str], flavor: str, host_bytes: int | None = None,
-         fixed: dict[str, int] | None = None) -> Plan:
+         fixed: dict[str, int] | None = None, reserved: int = 0) -> Plan:
     """Fit the catalog's wanted spares for ``sites`` into ``host_bytes`` (default: this host).
 
-    ``fixed``: sites whose spare count is already decided (an earlier ``up``): counted, not changed."""
+    ``fixed``: sites whose spare count is already decided (an earlier ``up``): counted, not changed.
+    ``reserved``: memory already promised to other instances on the same engine (their copies' limits)."""
     host = host_memory() if host_bytes is None else host_bytes
-    budget = int(host * BUDGET_SHARE)
+    budget = max(0, int(host * BUDGET_SHARE) - reserved)
     fixed = {n: k for n, k in (fixed or {}).items() if n in sites}
     copy = {n: copy_memory(catalog, n, flavor) for n in sites}
     wanted = {n: fixed.get(n, catalog.site(n).reset.spares if catalog.site(n).reset.tier == "spare" else 0)
@@ -113,4 +113,4 @@ def plan(catalog: Catalog, sites: list[str], flavor: str, host_bytes: int | None
     return Plan(flavor, host, budget, tuple(SitePlan(n, copy[n], wanted[n], granted[n]) for n in sites))
 
 
-__all__ = ["Plan", "SitePlan", "plan", "copy_memory", "host_memory", "memory_bytes", "SPARES_BY_DEFAULT"]
+__all__ = ["Plan", "SitePlan", "plan", "copy_memory", "host_memory", "memory_bytes", "SERVICE_MEMORY_DEFAULT"]

@@ -176,7 +176,7 @@ def up_reddit(instance: str, offset: int, auth_dir: Path) -> "Lab":
     build_for_sites(cat, ["reddit"], "mini")
     lab = Lab(cat, instance=instance, auth_dir=auth_dir)
     lab.down(volumes=True)
-    res = lab.up(["reddit"], flavor="mini", port_offset=offset, login=False)
+    res = lab.up(["reddit"], flavor="mini", port_offset=offset, login=False, spares=0)  # spares: each test's own
     assert res.ok, [s.error for s in res.sites if not s.ok]
     return lab
 

@@ -34,7 +34,7 @@ PASSWORDS = ["Password.123", "admin1234", "test1234", "hello1234"]
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     lab = Lab(instance="authtest", auth_dir=tmp_path_factory.mktemp("auth"))
-    result = lab.up(SITES, flavor="mini", port_offset=22000, login=False)
+    result = lab.up(SITES, flavor="mini", port_offset=22000, login=False, spares=0)
     assert result.ok, result.to_dict()
     yield lab
     lab.down()

@@ -48,7 +48,8 @@ def _env() -> dict[str, str]:
 
 
 def up_json(*args: str, catalog: Path | None = None) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
-    p = envctl("up", *args, "--json", "--no-login", catalog=catalog)
+    # spares are not what these tests are about ('test_plan.py' covers the default): no copies appear later
+    p = envctl("up", *args, "--json", "--no-login", "--spares", "0", catalog=catalog)
     try:
         data = json.loads(p.stdout)
     except ValueError:
@@ -591,7 +592,7 @@ def test_ctrl_c_during_up_stops_cleanly_and_the_next_up_finishes(mini_images: Ca
     sites = ["homepage", "wikipedia", "reddit"]
     offset = free_offset([4399, 8888, 9999])
     proc = subprocess.Popen([sys.executable, "-m", "envctl.cli", "up", *sites, "--flavor", "mini", "--instance", LC4,
-                             "--port-offset", str(offset), "--json", "--no-login"],
+                             "--port-offset", str(offset), "--json", "--no-login", "--spares", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         seen = []

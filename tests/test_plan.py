@@ -14,7 +14,7 @@ import time
 import pytest
 
 from envctl.catalog import load_catalog
-from envctl.plan import BUDGET_SHARE, SPARES_BY_DEFAULT, copy_memory, plan
+from envctl.plan import BUDGET_SHARE, copy_memory, plan
 
 GIB = 1 << 30
 CAT = load_catalog()
@@ -51,8 +51,12 @@ def test_sites_without_a_spare_tier_get_none_and_fixed_counts_are_kept() -> None
     assert p.spares() == {"shopping": 0, "reddit": 3}
 
 
-def test_only_the_slow_flavor_gets_spares_by_default() -> None:
-    assert SPARES_BY_DEFAULT == {"full"}
+def test_memory_other_instances_hold_is_not_planned_twice() -> None:
+    host = int(((8 + 4) * GIB + (8 + 4) * GIB) / BUDGET_SHARE) + 1  # room for one spare of each
+    assert plan(CAT, ["shopping", "reddit"], "full", host_bytes=host).spares() == {"shopping": 1, "reddit": 1}
+    # another instance on the same engine already holds 8 GiB: only reddit's spare still fits
+    p = plan(CAT, ["shopping", "reddit"], "full", host_bytes=host, reserved=8 * GIB)
+    assert p.spares() == {"shopping": 0, "reddit": 1}
 
 
 def envctl(*args: str) -> subprocess.CompletedProcess:
@@ -69,7 +73,7 @@ def test_plan_command() -> None:
     bad = envctl("plan", "--memory", "lots")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--memory" in bad.stderr
     mini = envctl("plan", "--flavor", "mini")
-    assert mini.returncode == 0 and "boots no spares by default on the mini flavor" in mini.stdout
+    assert mini.returncode == 0 and "boots these spares by default" in mini.stdout
 
 
 @pytest.mark.docker
@@ -94,3 +98,36 @@ def test_down_stops_a_spare_being_booted(docker_engine, tmp_path) -> None:
     left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=envctl.instance={inst}"],
                           capture_output=True, text=True).stdout.split()
     assert left == [], f"containers of {inst} left after down: {left}"
+
+
+@pytest.mark.docker
+@pytest.mark.mini
+def test_default_up_keeps_a_spare_so_resets_between_episodes_never_recreate(docker_engine, tmp_path) -> None:
+    """Issue 15's scenario: plain 'up reddit' (no --spares), then resets spaced like episodes (each after
+    the spare pool has refilled): every one is a swap, none recreates, and 'status' shows the refilled spare."""
+    inst = "pl2"
+    auth = str(tmp_path / "auth")
+    envctl("down", "-i", inst, "--volumes")
+    try:
+        up = envctl("up", "reddit", "--flavor", "mini", "-i", inst, "--port-offset", "11100", "--auth-dir", auth,
+                    "--json")
+        assert up.returncode == 0, up.stderr[-2000:]
+        assert json.loads(up.stdout)["spares"] == {"reddit": 1}, "the capacity plan grants reddit one spare here"
+
+        def spares_ready() -> int:
+            st = envctl("status", "-i", inst, "--json")
+            assert st.returncode == 0, st.stderr
+            return next(s["spares_ready"] for s in json.loads(st.stdout)["sites"] if s["site"] == "reddit")
+
+        tiers = []
+        for _ in range(3):
+            deadline = time.monotonic() + 120  # an episode: at least as long as the pool takes to refill
+            while spares_ready() < 1:
+                assert time.monotonic() < deadline, "the spare pool did not refill within 120 s"
+                time.sleep(0.5)
+            r = envctl("reset", "reddit", "-i", inst, "--auth-dir", auth, "--json")
+            assert r.returncode == 0, r.stderr[-2000:]
+            tiers.append(json.loads(r.stdout)[0]["tier"])
+        assert tiers == ["spare"] * 3, tiers
+    finally:
+        envctl("down", "-i", inst, "--volumes")

@@ -32,7 +32,7 @@ def lab(docker_engine, tmp_path_factory):
     build_for_sites(cat, SITES, "mini")
     lab = Lab(cat, instance=INSTANCE, auth_dir=tmp_path_factory.mktemp("auth"))
     lab.down()
-    res = lab.up(SITES, flavor="mini", port_offset=OFFSET, login=False)
+    res = lab.up(SITES, flavor="mini", port_offset=OFFSET, login=False, spares=0)  # tests ask for spares
     assert res.ok, [s.error for s in res.sites if not s.ok]
     yield lab
     lab.down()

@@ -43,7 +43,7 @@ def instance(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> I
     auth = tmp_path_factory.mktemp("auth")
     built = envctl("images", "build", "--flavor", "mini")
     assert built.returncode == 0, built.stderr[-2000:]
-    up = envctl("up", "--all", "--flavor", "mini", "-i", INSTANCE, "--port-offset", str(OFFSET), "--auth-dir", str(auth))
+    up = envctl("up", "--all", "--flavor", "mini", "-i", INSTANCE, "--port-offset", str(OFFSET), "--auth-dir", str(auth), "--spares", "0")
     try:
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
         urls = {}
