@@ -48,6 +48,7 @@ test-fast: venv
 bench: images
 	$(VENV)/bin/python bench/up.py
 	$(VENV)/bin/python bench/reset.py
+	$(VENV)/bin/python bench/reset.py --mode tight
 	$(VENV)/bin/python bench/login.py
 	$(VENV)/bin/python bench/fetch.py
 	$(VENV)/bin/python bench/full_reset.py

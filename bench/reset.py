@@ -1,10 +1,17 @@
-"""Reset latency and throughput on the mini flavor (issue 7's performance goal).
+"""Reset latency and throughput on the mini flavor (issues 7 and 15).
 
-Per mutable site: reset latency p50 / p95 over N resets with a spare ready (including renewed login
-state and verification), against *recreate* measured in the same run (ratio), plus sustained
-resets per minute with K = 1 and K = 2 spares. Classifieds uses its app endpoint.
+``--mode episodes`` (the default; issue 15): a plain ``up`` (no ``--spares``: the capacity plan's
+default), then resets spaced like agent episodes (``--episode`` seconds of "agent work" between
+resets, default 1.5 x the spare refill time measured first). Prints the share of resets that
+recreated (goal 0), p50 / p95 per site with the phases of a swap (route switch, verification),
+against a recreate measured in the same run (ratio) — the tier a host without memory for spares
+gets.
 
-    python bench/reset.py [--n 20] [--sites reddit,gitlab] [--window 60]
+``--mode tight``: per mutable site, reset latency p50 / p95 over N back-to-back resets with a spare
+ready, recreate as the baseline, plus sustained resets per minute with K = 1 and K = 2 spares.
+Classifieds uses its app endpoint.
+
+    python bench/reset.py [--mode episodes|tight] [--episodes 8] [--episode S] [--n 20] [--sites reddit,gitlab]
 """
 from __future__ import annotations
 
@@ -42,13 +49,79 @@ def wait_spare(lab: Lab, site: str, timeout: float = 300) -> float:
     return time.monotonic() - t
 
 
+def episodes(args: argparse.Namespace) -> int:
+    cat = load_catalog()
+    sites = args.sites.split(",")
+    build_for_sites(cat, sites, "mini")
+    lab = Lab(cat, instance=INSTANCE, auth_dir=Path("/tmp/envctl-bench-auth"))
+    lab.down()
+    res = lab.up(sites, flavor="mini", port_offset=OFFSET, login=True)  # defaults: the plan's spares
+    assert res.ok, [s.error for s in res.sites if not s.ok]
+    print(f"up: spares by default {res.spares}", file=sys.stderr, flush=True)
+    lat: dict[str, list[float]] = {s: [] for s in sites}
+    tiers: dict[str, list[str]] = {s: [] for s in sites}
+    phases: dict[str, dict[str, list[float]]] = {s: {} for s in sites}
+    recreate: dict[str, list[float]] = {s: [] for s in sites}
+    try:
+        t0 = time.monotonic()
+        for s in sites:
+            if res.spares.get(s):
+                wait_spare(lab, s)
+        refill = time.monotonic() - t0  # how long the pool takes to fill (booted one site after another)
+        episode = args.episode if args.episode is not None else max(5.0, 1.5 * refill)
+        print(f"spares ready {refill:.1f} s after up; episode length {episode:.1f} s", file=sys.stderr, flush=True)
+        for e in range(args.episodes):
+            time.sleep(episode)  # the agent's episode: the spare pool refills meanwhile (or not)
+            for site in sites:
+                r = lab.reset([site])[0]
+                assert r.ok, r
+                lat[site].append(r.seconds)
+                tiers[site].append(r.tier)
+                for k, v in r.phases.items():
+                    phases[site].setdefault(k, []).append(v)
+            print(f"episode {e + 1}/{args.episodes}: " + ", ".join(f"{s} {tiers[s][-1]} {lat[s][-1]:.3f}s"
+                                                                  for s in sites), file=sys.stderr, flush=True)
+        # Baseline in the same run: a recreate (what a reset costs when no spare is ready).
+        for site in sites:
+            with lab.running().routing() as st:
+                st.wanted[site] = 0
+            for _ in range(args.recreate_n):
+                recreate[site].append(lab.reset([site], tier="recreate", replenish_async=False)[0].seconds)
+    finally:
+        lab.down()
+    total = sum(len(v) for v in tiers.values())
+    recreated = sum(t.count("recreate") for t in tiers.values())
+    print(f"\nresets between episodes, mini flavor, default 'up' ({args.episodes} episodes of {episode:.1f} s; "
+          f"spare refill {refill:.1f} s)\n")
+    print(f"resets that recreated: {recreated} of {total} ({100 * recreated / max(1, total):.0f} %)\n")
+    head = ("site", "tiers", "p50 s", "p95 s", "swap p50 s", "verify p50 s", "recreate p50 s", "recreate p95 s",
+            "recreate/p95")
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+    for site in sites:
+        ph = phases[site]
+        med = lambda k, ph=ph: f"{statistics.median(ph[k]):.3f}" if ph.get(k) else "-"
+        rec = recreate[site]
+        print(f"{site} | {','.join(sorted(set(tiers[site])))} | {statistics.median(lat[site]):.3f} | "
+              f"{pct(lat[site], 95):.3f} | {med('swap')} | {med('verify')} | {statistics.median(rec):.2f} | "
+              f"{pct(rec, 95):.2f} | {pct(rec, 95) / pct(lat[site], 95):.1f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("episodes", "tight"), default="episodes")
+    ap.add_argument("--episodes", type=int, default=8, help="episodes (one reset of every site after each)")
+    ap.add_argument("--episode", type=float, default=None, help="seconds per episode [1.5 x the spare refill]")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--recreate-n", type=int, default=3)
     ap.add_argument("--window", type=float, default=60.0, help="seconds per sustained-throughput run")
-    ap.add_argument("--sites", default="shopping,shopping_admin,reddit,gitlab,classifieds")
+    ap.add_argument("--sites", default=None, help="[episodes: reddit,gitlab,shopping; tight: every mutable site]")
     args = ap.parse_args()
+    if args.mode == "episodes":
+        args.sites = args.sites or "reddit,gitlab,shopping"
+        return episodes(args)
+    args.sites = args.sites or "shopping,shopping_admin,reddit,gitlab,classifieds"
     cat = load_catalog()
     sites = args.sites.split(",")
     build_for_sites(cat, sites, "mini")
@@ -106,7 +179,7 @@ def main() -> int:
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
     for site, tier, p50, p95, rec, ratio, k1, k2, refill in rows:
-        f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        f = lambda v: "-" if v is None else f"{v:.2f}"
         print(f"{site} | {tier} | {p50:.3f} | {p95:.3f} | {rec:.2f} | {ratio:.1f}x | {f(k1)} | {f(k2)} | {f(refill)}")
     return 0
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
+import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from envctl.errors import DockerError
+from envctl.errors import DockerError, EnvctlError
 from envctl.images.build import PROXY_IMAGE, build, proxy_build
+from envctl.locks import lock_dir
 from envctl.provision import docker as dk
 
 
@@ -101,14 +105,62 @@ def published_ports(instance: str) -> list[int]:
     return [int(p) for p in raw.split(",") if p]
 
 
+# A process keeps the last routing table it read or wrote. Every write also records a new generation
+# in the state directory (beside the locks every writer holds), so the next read skips the
+# ``docker exec cat`` (~70 ms of a ~0.3 s swap) when nobody has written since. The proxy container's id
+# and start time are part of the key: a recreated or restarted proxy is read again.
+_CACHE: dict[str, tuple[str, str]] = {}  # instance -> (key, routing table JSON)
+_PROXY: dict[str, str] = {}  # instance -> "container id:start time" of the last proxy seen
+
+
+def _generation_file(instance: str) -> Path | None:
+    try:
+        return lock_dir() / f"proxy-{instance}.generation"
+    except (EnvctlError, OSError):
+        return None
+
+
+def _cache_key(instance: str) -> str:
+    f = _generation_file(instance)
+    try:
+        gen = f.read_text() if f else ""
+    except OSError:
+        gen = ""
+    return f"{_PROXY[instance]}:{gen}" if gen and instance in _PROXY else ""
+
+
+def _forget(instance: str) -> None:
+    _CACHE.pop(instance, None)
+    f = _generation_file(instance)
+    if f:
+        f.unlink(missing_ok=True)
+
+
+def _remember(instance: str, text: str) -> None:
+    f = _generation_file(instance)
+    if f is None or instance not in _PROXY:
+        return
+    tmp = f.with_name(f".{f.name}.{os.getpid()}")
+    tmp.write_text(uuid.uuid4().hex)
+    os.replace(tmp, f)
+    _CACHE[instance] = (_cache_key(instance), text)
+
+
 def read_state(instance: str) -> ProxyState | None:
     """The live routing table, or None when the instance has no (running) proxy."""
     c = dk.inspect(proxy_name(instance))
     if c is None or not c.state.running:
         return None
+    _PROXY[instance] = f"{c.id}:{c.state.started_at}"
+    key = _cache_key(instance)
+    cached = _CACHE.get(instance)
+    if key and cached and cached[0] == key:
+        return ProxyState.from_json(cached[1])
     rc, out = dk.exec_argv(c, ["cat", "/etc/nginx/envctl/state.json"])
     if rc != 0:
         raise DockerError(f"cannot read the routing table of {proxy_name(instance)}: {out}")
+    if key:
+        _CACHE[instance] = (key, out)
     return ProxyState.from_json(out)
 
 
@@ -123,9 +175,11 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
             info = tarfile.TarInfo(fname)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
+    _forget(instance)  # until the new table is in place, nobody may trust a remembered one
     rc, out = dk.exec_stdin(name, ["envctl-proxy-apply", "--stdin"], buf.getvalue())
     if rc != 0:
         raise DockerError(f"proxy {name} rejected the routing table: {out}")
+    _remember(instance, state.to_json())
 
 
 def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
@@ -134,6 +188,7 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
     ensure_image()
     name = proxy_name(instance)
     dk.remove([name])
+    _forget(instance)
     spec = dk.RunSpec(
         name=name,
         image=PROXY_IMAGE,
@@ -160,6 +215,7 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
 
 def remove(instance: str) -> None:
     dk.remove([proxy_name(instance)])
+    _forget(instance)
 
 
 __all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
