@@ -51,6 +51,7 @@ bench: images
 	$(VENV)/bin/python bench/reset.py --mode tight
 	$(VENV)/bin/python bench/login.py
 	$(VENV)/bin/python bench/fetch.py
+	$(VENV)/bin/python bench/snapshot.py
 	$(VENV)/bin/python bench/full_reset.py
 	$(VENV)/bin/python bench/leases.py
 

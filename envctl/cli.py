@@ -677,20 +677,68 @@ def snapshot() -> None:
     """Golden images and named snapshots of a site's state."""
 
 
-@snapshot.command("create")
+class _SnapshotCreate(click.Command):
+    """``snapshot create SITE NAME``: a second positional is the ``--name`` option (one parameter, two
+    spellings: ``snapshot create SITE --name NAME`` keeps working)."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [*pieces, "[NAME]"]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {o for p in self.params if isinstance(p, click.Option) and not p.is_flag for o in p.opts}
+        options: list[str] = []
+        positional: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--":
+                positional += args[i + 1:]
+                break
+            if a.startswith("-") and a != "-":
+                options.append(a)
+                if a in takes_value and i + 1 < len(args):
+                    options.append(args[i + 1])
+                    i += 1
+            else:
+                positional.append(a)
+            i += 1
+        if len(positional) == 2:
+            if any(o == "--name" or o.startswith("--name=") for o in options):
+                raise click.UsageError("the snapshot's name is given twice (NAME and --name); give one", ctx)
+            options += ["--name", positional.pop()]
+        return super().parse_args(ctx, [*options, "--", *positional] if positional else options)
+
+
+@snapshot.command("create", cls=_SnapshotCreate)
 @click.argument("site")
-@click.option("--name", default="golden", show_default=True, help="'golden' (what resets return to) or any name")
+@click.option("--name", default="golden", show_default=True, help="NAME: 'golden' (what resets return to) or any name")
+@click.option("--warm", is_flag=True, help="also keep a verified copy booted from it, so a restore is a route swap")
+@click.option("--clean-stop", is_flag=True, help="stop the site for the commit instead of freezing it")
 @instance_option
+@auth_dir_option
 @json_option
 @pass_ctx
-def snapshot_create(ctx: Ctx, site: str, name: str, instance: str, as_json: bool) -> None:
-    """Stop SITE cleanly, commit it (volumes included), start it again."""
+def snapshot_create(ctx: Ctx, site: str, name: str, warm: bool, clean_stop: bool,
+                    instance: str, auth_dir: str | None, as_json: bool) -> None:
+    """Commit SITE's state (volumes included) as NAME while it keeps serving (frozen for the commit only)."""
     from envctl.render import emit_json
 
-    res = ctx.lab(instance).snapshot_create(ctx.catalog.resolve([site])[0], name)
+    import signal
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(143)  # unwinds, so a site frozen for the commit is unpaused
+
+    signal.signal(signal.SIGTERM, stop)
+    res = ctx.lab(instance, auth_dir).snapshot_create(ctx.catalog.resolve([site])[0], name, warm=warm,
+                                                      clean_stop=clean_stop)
     if as_json:
         return emit_json(res.to_dict())
-    click.echo(f"snapshot '{name}' of {site}: {', '.join(res.images.values())} (fingerprint {res.fingerprint[:12]})")
+    how = ("site frozen for " + f"{res.timings.get('freeze', 0):.2f}s") if res.method == "freeze" else "clean stop"
+    click.echo(f"snapshot '{name}' of {site}: {', '.join(res.images.values())} (fingerprint {res.fingerprint[:12]}; "
+               f"{how}; {res.seconds:.1f}s" + (f"; warm copy {', '.join(res.warm)}" if res.warm else "") + ")")
+    if res.note:
+        click.echo(f"  {res.note}")
 
 
 @snapshot.command("list")
@@ -713,33 +761,56 @@ def snapshot_list(ctx: Ctx, site: str | None, instance: str, as_json: bool) -> N
 @click.argument("site")
 @click.argument("name")
 @instance_option
+@auth_dir_option
 @json_option
 @pass_ctx
-def snapshot_restore(ctx: Ctx, site: str, name: str, instance: str, as_json: bool) -> None:
-    """Make SITE's state the named snapshot's (new copy, verified, swapped in)."""
+def snapshot_restore(ctx: Ctx, site: str, name: str, instance: str, auth_dir: str | None, as_json: bool) -> None:
+    """Make SITE's state the named snapshot's (its warm copy swapped in, else a new copy; verified)."""
     from envctl.render import emit_json
 
-    res = ctx.lab(instance).snapshot_restore(ctx.catalog.resolve([site])[0], name)
+    res = ctx.lab(instance, auth_dir).snapshot_restore(ctx.catalog.resolve([site])[0], name)
     if as_json:
         return emit_json(res.to_dict())
-    click.echo(f"{site} restored to '{name}' in {res.seconds:.1f}s")
+    click.echo(f"{site} restored to '{name}' in {res.seconds:.2f}s ({res.method}; login files {res.login}; "
+               + " ".join(f"{k}={v:.3f}s" for k, v in res.timings.items()) + ")")
 
 
 @snapshot.command("rm")
 @click.argument("name")
 @click.option("--site", default=None)
 @instance_option
+@auth_dir_option
 @json_option
 @pass_ctx
-def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str, as_json: bool) -> None:
-    """Remove a named snapshot (or, with NAME=golden, golden images)."""
+def snapshot_rm(ctx: Ctx, name: str, site: str | None, instance: str, auth_dir: str | None, as_json: bool) -> None:
+    """Remove a named snapshot with its warm copies (or, with NAME=golden, golden images)."""
     from envctl.render import emit_json
 
-    removed = ctx.lab(instance).snapshot_remove(name, ctx.catalog.resolve([site])[0] if site else None)
+    removed = ctx.lab(instance, auth_dir).snapshot_remove(name, ctx.catalog.resolve([site])[0] if site else None)
     if as_json:
         return emit_json({"removed": removed})
     for tag in removed:
         click.echo(f"removed {tag}")
+
+
+@snapshot.command("_warm", hidden=True)
+@click.option("--site", required=True)
+@instance_option
+@auth_dir_option
+@pass_ctx
+def snapshot_warm(ctx: Ctx, site: str, instance: str, auth_dir: str | None) -> None:
+    """Internal: remove replaced copies and boot the warm copies SITE's snapshots want (run detached by restore)."""
+    import signal
+    import time as _t
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(143)  # unwinds: the copy being booted is removed ('envctl down' sends this)
+
+    signal.signal(signal.SIGTERM, stop)
+    site = ctx.catalog.resolve([site])[0]
+    t = _t.monotonic()
+    slots = ctx.lab(instance, auth_dir).snapshot_warm(site, progress=lambda s, p, d: click.echo(f"[{s}] {p}: {d}"))
+    click.echo(f"[{site}] booted {len(slots)} warm copies in {_t.monotonic() - t:.1f}s")
 
 
 @cli.command()

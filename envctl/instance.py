@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from envctl.catalog import Catalog
-from envctl.errors import NoSuchInstance, NotReady
+from envctl.errors import EnvctlError, NoSuchInstance, NotReady
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch, take
 from envctl.healthchecks.probes import ProbeResult, run_probe
 from envctl.healthchecks.wait import TargetDied, wait_ready
@@ -31,6 +31,7 @@ from envctl.provision.local import Copy, InstanceSettings, LocalBackend, mask
 from envctl.provision.proxy import ProxyState
 
 Progress = Callable[[str, str, str], None]  # (site, phase, detail)
+WARM_ROLE = "warm"  # the envctl.role of a copy booted from a named snapshot and kept ready (envctl.state.warm)
 
 
 def _noop(*_: str) -> None:
@@ -115,6 +116,25 @@ class Instance:
         spares = table.spares.get(copy.site, [])
         if copy.slot in spares:
             spares.remove(copy.slot)
+
+    def route_slot(self, table: ProxyState, site_name: str, slot: str) -> dict[str, str]:
+        """:meth:`route` by slot, without looking the containers up (the names follow from the slot); returns
+        service -> container name."""
+        site = self.catalog.site(site_name)
+        d = self.settings.deployment
+        names = {svc: self.backend.container_name(site_name, svc, slot) for svc in site.services_for(self.flavor)}
+        for svc, name in names.items():
+            ports = site.services[svc].ports
+            if ports is None:
+                continue
+            public = d.port(ports.public)
+            allow = self.backend.container_name(site_name, svc, "SLOT").replace("SLOT", "[0-9a-f]{6}")
+            table.routes[str(public)] = proxy.Route(name, ports.container_port(public), allow)
+        table.active[site_name] = slot
+        spares = table.spares.get(site_name, [])
+        if slot in spares:
+            spares.remove(slot)
+        return names
 
     def active_copy(self, site: str, table: ProxyState) -> Copy | None:
         slot = table.active.get(site)
@@ -201,11 +221,31 @@ class Instance:
             raise
 
     def remove_strays(self, site: str, table: ProxyState) -> list[Copy]:
-        """Remove copies of ``site`` that are neither active nor ready spares; returns them."""
-        keep = {table.active.get(site)} | set(table.spares.get(site, []))
+        """Remove copies of ``site`` that are neither active, ready spares nor ready warm copies of a
+        snapshot; returns them. A warm copy still booting is kept while its booter holds the site's
+        warm lock (a booter killed mid-way leaves one that the next cleanup removes)."""
+        keep = {table.active.get(site)} | set(table.spares.get(site, [])) | set(table.warm_slots(site))
+        booting = None
         removed = []
         for (_, slot), c in self.backend.copies(site).items():
-            if slot not in keep:
-                self.backend.remove_copy(c)
-                removed.append(c)
+            if slot in keep:
+                continue
+            if any(dk.label(x, "role") == WARM_ROLE for x in c.containers.values()):
+                if booting is None:
+                    booting = self.warm_booting(site)
+                if booting:
+                    continue
+            self.backend.remove_copy(c)
+            removed.append(c)
         return removed
+
+    def warm_lock(self, site: str) -> str:
+        """The lock a process holds while it boots warm copies of ``site`` (envctl.state.warm)."""
+        return f"warm.{self.name}.{site}"
+
+    def warm_booting(self, site: str) -> bool:
+        try:
+            with locked(self.warm_lock(site), wait=False):
+                return False
+        except EnvctlError:
+            return True

@@ -39,6 +39,7 @@ from envctl.provision.local import Copy, InstanceSettings
 from envctl.provision.ports import port_bindable, port_holder
 from envctl.state import reset as resets
 from envctl.state import snapshots
+from envctl.state import warm as warm_mod
 from envctl.smoke import SmokeResult, TaskResult, load_task_set, run_smoke
 from envctl.smoke.judge import Judge
 from envctl.state.reset import Logins, ResetResult, VerifyResult
@@ -138,6 +139,12 @@ class SnapshotResult:
     images: dict[str, str]
     fingerprint: str
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # phases in seconds (freeze: the site's pause)
+    method: str = ""  # create: freeze | stop; restore: warm | cold
+    attempts: int = 1  # captures made (a write during the first makes a second)
+    warm: list[str] = field(default_factory=list)  # warm copies (create) / the one swapped in (restore)
+    login: str = ""  # restore: kept | stash | renewed | none
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return _asdict(self)
@@ -468,41 +475,101 @@ class Lab:
         self.catalog.site(site)
         return resets.replenish(self.running(), self.logins, site, want, progress)
 
-    def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop) -> SnapshotResult:
-        """Stop the active copy cleanly, commit it (golden or a named snapshot), start it again."""
+    def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop, *, warm: bool = False,
+                        clean_stop: bool = False) -> SnapshotResult:
+        """Commit the active copy (volumes included) as golden or as a named snapshot.
+
+        A named snapshot freezes the copy for the commit only (the site keeps serving; requests wait,
+        none fails), unless ``clean_stop`` or the site's catalog asks for a clean stop (see
+        :mod:`envctl.state.snapshots`). Golden images keep the clean stop. ``warm``: also boot a copy
+        from the snapshot, verified, and keep it ready so that a restore is a route swap."""
+        if name == "golden" and warm:
+            raise UsageError("golden has no warm copies: its ready copies are the spares",
+                             f"use 'envctl up {site} --spares 1', or name the snapshot")
+        snapshots.validate_name(name)  # a bad name is refused before anything runs
         inst = self.running()
         t = time.monotonic()
+        timings: dict[str, float] = {}
+        method, attempts, note = "stop", 1, ""
         with locked(f"reset.{self.instance}.{site}"):
             copy = inst.active_copy(site, inst.table())
             if copy is None:
                 raise SiteNotUp(site, self.instance)
-            fp = inst.fingerprint(copy)
-            progress(site, "snapshot", "clean stop, commit, start")
+            if snapshots.thaw(inst, copy):
+                progress(site, "snapshot", "unpaused containers a killed capture had left frozen")
             if name == "golden":
+                tf = time.monotonic()
+                fp = inst.fingerprint(copy)
+                timings["fingerprint"] = time.monotonic() - tf
+                progress(site, "snapshot", "clean stop, commit, start")
+                tf = time.monotonic()
                 key = snapshots.commit_golden(inst, copy, fp)
+                timings["stop_commit_start"] = time.monotonic() - tf
                 tags = snapshots.golden_tags(inst, site, key)
                 with inst.routing() as table:
                     table.pristine[site] = fp.to_json()
+                inst.wait_healthy(copy, progress, check=lambda: inst.probe(site))
             else:
-                tags = snapshots.commit_snapshot(inst, copy, name, fp)
-            inst.wait_healthy(copy, progress, check=lambda: inst.probe(site))
-        return SnapshotResult(site, name, tags, fp.digest, round(time.monotonic() - t, 3))
+                cap = snapshots.capture_live(inst, copy, name, progress, clean_stop=clean_stop)
+                tags, fp, method, attempts, note = cap.tags, cap.fingerprint, cap.method, cap.attempts, cap.note
+                timings.update(cap.timings)
+                if method == "stop":
+                    inst.wait_healthy(copy, progress, check=lambda: inst.probe(site))
+                warm_mod.stash_logins(self.logins, site, name)
+            timings["capture"] = time.monotonic() - t
+        slots: list[str] = []
+        if name != "golden":
+            # warm copies booted from the images this snapshot replaces are stale
+            stale = warm_mod.drop(inst, site, name)
+            if stale:
+                progress(site, "warm", f"removed {len(stale)} warm copies of the replaced snapshot")
+            if warm:
+                tw = time.monotonic()
+                warm_mod.want(inst, site, name)
+                warm_mod.replenish(inst, self.logins, site, progress)
+                slots = inst.table().warm.get(site, {}).get(name, [])
+                timings["warm"] = time.monotonic() - tw
+                if not slots:
+                    raise ResetFailed(f"{site}: no warm copy of '{name}' became ready",
+                                      f"see 'envctl status' and 'envctl logs {site}'")
+        return SnapshotResult(site, name, tags, fp.digest, round(time.monotonic() - t, 3),
+                              {k: round(v, 3) for k, v in timings.items()}, method, attempts, slots, note=note)
 
-    def snapshot_restore(self, site: str, name: str, progress: Progress = _noop) -> SnapshotResult:
-        """Boot a copy from a named snapshot, verify it, swap it in; the old copy is removed."""
+    def snapshot_restore(self, site: str, name: str, progress: Progress = _noop, *,
+                         background: bool = True) -> SnapshotResult:
+        """Make SITE's state the named snapshot's: swap in its warm copy when one is ready (else boot one
+        from the images), verified by probes and fingerprint, login files valid; the old copy is removed
+        and the next warm copy booted in the background (``background``) or before returning."""
+        snapshots.validate_name(name)
         inst = self.running()
         tags = snapshots.snapshot_tags(inst, site, name)
         if not all(dk.image_exists(t) for t in tags.values()):
             raise UsageError(f"no snapshot '{name}' of {site} in instance '{self.instance}'", "see 'envctl snapshot list'")
         t = time.monotonic()
-        copy = resets.restore(inst, self.logins, site, tags, f"snapshot:{name}", progress)
-        return SnapshotResult(site, name, tags, inst.fingerprint(copy).digest, round(time.monotonic() - t, 3))
+        res = warm_mod.restore(inst, self.logins, site, name, progress, background=background)
+        return SnapshotResult(site, name, tags, res.fingerprint, round(time.monotonic() - t, 3),
+                              {k: round(v, 3) for k, v in res.phases.items()}, "warm" if res.warm else "cold",
+                              warm=[res.copy.slot] if res.warm else [], login=res.login)
+
+    def snapshot_warm(self, site: str, progress: Progress = _noop) -> list[str]:
+        """Remove replaced copies of ``site`` and boot the warm copies its snapshots want; the new slots."""
+        return warm_mod.replenish(self.running(), self.logins, site, progress)
 
     def snapshots(self, site: str | None = None) -> list[snapshots.SnapshotInfo]:
         return snapshots.list_snapshots(self.instance, site)
 
     def snapshot_remove(self, name: str, site: str | None = None) -> list[str]:
-        return snapshots.remove_snapshot(self.instance, name, site)
+        """Remove a named snapshot's images, its warm copies and the login files kept with it."""
+        inst = self.find()
+        if inst is not None:
+            table = inst.table()
+            for s in [site] if site else list(table.warm):
+                if name in table.warm.get(s, {}):
+                    warm_mod.drop(inst, s, name)
+        removed = snapshots.remove_snapshot(self.instance, name, site)
+        for s in [site] if site else list(self.catalog.sites):
+            warm_mod.drop_stash(self.logins, s, name)
+        return removed
 
     # -- smoke suite -----------------------------------------------------------------------------
     def smoke(self, task_set: str = "mini", *, sites: list[str] | None = None, agent: str = "reference",
@@ -591,6 +658,7 @@ class Lab:
         pname = proxy.proxy_name(self.instance)
         names = self.catalog.resolve(sites) if sites else None
         resets.stop_replenishers(self.instance, names)  # a spare booting in the background would appear later
+        warm_mod.stop_warmers(self.instance, names)  # so would a warm copy of a snapshot
         with locked(f"instance.{self.instance}"):
             for c in dk.containers(instance=self.instance):
                 if c.name != pname and (names is None or dk.label(c, "site") in names):
@@ -609,6 +677,7 @@ class Lab:
                     for n in names:
                         table.active.pop(n, None)
                         table.spares.pop(n, None)
+                        table.warm.pop(n, None)  # its warm copies are among the containers removed above
                         for port in self.catalog.site(n).public_ports().values():
                             table.routes.pop(str(inst.settings.deployment.port(port)), None)
                     proxy.apply(self.instance, table, table.ports or None)

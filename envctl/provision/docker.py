@@ -264,23 +264,75 @@ def commit(container: str | Container, tag: str, labels: dict[str, str], *, with
     as a layer on top, so a container made from the image starts with the same data (Docker seeds
     a new volume from the image's files at that path).
     """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="envctl-commit-") as tmp:
+        return finish_capture(capture(container, tag, labels, Path(tmp), with_volumes=with_volumes))
+
+
+@dataclass
+class Capture:
+    """One container's state as of one instant: its committed layer and, when its image declares
+    VOLUMEs, a build context (in a caller-owned folder) that adds their contents on top."""
+
+    container: str
+    tag: str
+    committed: str  # image id of the container's own layer
+    context: Path | None = None
+
+
+def capture(container: str | Container, tag: str, labels: dict[str, str], workdir: Path, *,
+            with_volumes: bool = True) -> Capture:
+    """The part of :func:`commit` that must see one instant of the container: ``docker commit`` of its
+    layer (never pausing it: the caller decides, e.g. :func:`pause` for a crash-consistent copy of a
+    running site) and a tar of each declared VOLUME into ``workdir``. :func:`finish_capture` then
+    builds the image, while the container runs on."""
     name = container if isinstance(container, str) else container.name
     committed = _commit(name, tag, labels)
     declared = image_volumes(tag) if with_volumes else []
     if not declared:
-        return committed
-    import tempfile
+        return Capture(name, tag, committed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    lines = [f"FROM {committed}"]
+    for i, path in enumerate(declared):
+        path = path.rstrip("/") or "/"
+        archive_out(name, path, workdir / f"volume{i}.tar")
+        parent = str(Path(path).parent)
+        lines.append(f"ADD volume{i}.tar {parent.rstrip('/')}/")
+    (workdir / "Dockerfile").write_text("\n".join(lines) + "\n")
+    return Capture(name, tag, committed, workdir)
 
-    with tempfile.TemporaryDirectory(prefix="envctl-commit-") as tmp:
-        lines = [f"FROM {committed}"]
-        for i, path in enumerate(declared):
-            path = path.rstrip("/") or "/"
-            archive_out(name, path, Path(tmp) / f"volume{i}.tar")
-            parent = str(Path(path).parent)
-            lines.append(f"ADD volume{i}.tar {parent.rstrip('/')}/")
-        (Path(tmp) / "Dockerfile").write_text("\n".join(lines) + "\n")
-        build_context(Path(tmp), tag)
-    return image_id(tag)
+
+def finish_capture(cap: Capture) -> str:
+    """Tag the image of a :class:`Capture` (building the volume layer when there is one); its id."""
+    if cap.context is None:
+        return cap.committed
+    build_context(cap.context, cap.tag)
+    return image_id(cap.tag)
+
+
+@_wrap
+def pause(names: list[str]) -> None:
+    """Freeze every process of the containers (cgroup freezer): they keep their sockets, and clients
+    connecting meanwhile wait in the kernel's accept queue until :func:`unpause`."""
+    if names:
+        docker.container.pause(names)
+
+
+@_wrap
+def unpause(names: list[str]) -> None:
+    if names:
+        docker.container.unpause(names)
+
+
+def paused(names: list[str]) -> list[str]:
+    """Those of ``names`` that are frozen now (e.g. left so by a process killed mid-capture)."""
+    out = []
+    for n in names:
+        c = inspect(n)
+        if c is not None and c.state.paused:
+            out.append(n)
+    return out
 
 
 def _commit(name: str, tag: str, labels: dict[str, str]) -> str:

@@ -46,6 +46,9 @@ class ProxyState:
     ports: list[int] = field(default_factory=list)  # what the proxy container publishes
     # The instance's lease when it belongs to a pool (envctl.leases): pool, state, id, holder, sites, expires.
     lease: dict[str, Any] = field(default_factory=dict)
+    # Warm copies of named snapshots (envctl.state.warm): site -> snapshot name -> verified, ready slots
+    # booted from that snapshot, not routed. A name present with no slot means one is wanted.
+    warm: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
@@ -53,12 +56,17 @@ class ProxyState:
         routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
         return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
                    pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [],
-                   lease=raw.get("lease") or {})
+                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {})
+
+    def warm_slots(self, site: str) -> list[str]:
+        """Every ready warm copy of ``site``, whatever snapshot it was booted from."""
+        return [slot for slots in self.warm.get(site, {}).values() for slot in slots]
 
     def to_json(self) -> str:
         return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()}, "active": self.active,
                            "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
-                           "ports": self.ports, **({"lease": self.lease} if self.lease else {})},
+                           "ports": self.ports, **({"lease": self.lease} if self.lease else {}),
+                           **({"warm": self.warm} if self.warm else {})},
                           indent=1, sort_keys=True)
 
 

@@ -1,7 +1,19 @@
-"""Golden images and user snapshots of site copies (``docker commit`` after a clean stop).
+"""Golden images and user snapshots of site copies (``docker commit``, declared volumes included).
 
 Each works on an :class:`~envctl.instance.Instance`; declared volumes are captured too
-(:func:`envctl.provision.docker.commit`).
+(:func:`envctl.provision.docker.capture`). Two ways to get one consistent instant of a copy:
+
+- *clean stop* (:func:`commit_golden`): each service's stop command, ``docker stop``, commit, start.
+  The golden image is made so, on a fresh copy nobody uses yet: every spare and recreate then boots
+  from a cleanly shut-down state, with no crash recovery on its boot path.
+- *freeze* (:func:`capture_live`, named snapshots of a live site): ``docker pause`` every container of
+  the copy (cgroup freezer), commit them and copy their volumes, unpause. That is the state a power
+  cut would leave, which the databases recover from through their WAL / redo log; the site keeps its
+  connections, and requests arriving meanwhile wait in the kernel's accept queue instead of failing.
+  The fingerprint is taken before and after; when a write slipped in between, it is done once more,
+  and if that too races with writes it falls back to the clean stop, so the label is always right.
+  A site whose service declares a ``stop`` command in the catalog (GitLab's ``gitlab-ctl stop``) says
+  its state is safe to boot only after that command: it keeps the clean stop.
 
 - *golden*: the pristine, configured state of a site for one flavor and public URL. Spares and
   recreates boot from it already configured. Tag ``envctl-golden/<site>-<service>:<key>`` where
@@ -16,8 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 from envctl.errors import UsageError
 from envctl.healthchecks.fingerprint import Fingerprint
@@ -91,21 +106,120 @@ def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint, *, restart: bool 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
-def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
+def validate_name(name: str) -> str:
     if not _NAME.match(name):
         raise UsageError(f"invalid snapshot name '{name}'", "use lower-case letters, digits, '.', '_' and '-'")
+    return name
+
+
+def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
+    validate_name(name)
     return {svc: _tag("envctl-snap", site, svc, f"{inst.name}-{name}")
             for svc in inst.catalog.site(site).services_for(inst.flavor)}
 
 
+def _snapshot_labels(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
+    return {"envctl.snapshot": name, "envctl.instance": inst.name, "envctl.site": copy.site,
+            "envctl.flavor": inst.flavor,
+            "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
+            "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
+
+
 def commit_snapshot(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
+    """Clean stop, commit, start (the site is down meanwhile); see :func:`capture_live`."""
     tags = snapshot_tags(inst, copy.site, name)
-    labels = {"envctl.snapshot": name, "envctl.instance": inst.name, "envctl.site": copy.site,
-              "envctl.flavor": inst.flavor,
-              "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
-              "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-    _stop_commit_start(inst, copy, tags, labels)
+    _stop_commit_start(inst, copy, tags, _snapshot_labels(inst, copy, name, fp))
     return tags
+
+
+def needs_clean_stop(inst: Instance, site: str) -> str:
+    """Why ``site`` cannot be frozen for a snapshot ('' when it can): a service of it declares a stop
+    command, i.e. its state is bootable only after that command (not after a crash)."""
+    spec = inst.catalog.site(site)
+    for svc in spec.services_for(inst.flavor):
+        if spec.services[svc].stop:
+            return f"its service '{svc}' declares a clean stop command ({' '.join(spec.services[svc].stop or ())})"
+    return ""
+
+
+def thaw(inst: Instance, copy: Copy) -> list[str]:
+    """Unpause containers of ``copy`` that a capture killed mid-freeze left frozen; returns them."""
+    frozen = dk.paused(copy.names)
+    dk.unpause(frozen)
+    return frozen
+
+
+def freeze_commit(copy: Copy, tags: dict[str, str], labels: dict[str, str], timings: dict[str, float]) -> None:
+    """Pause every container of ``copy`` at once, commit each (volumes copied out too), unpause; then
+    build the volume layers while the copy runs on. ``timings``: freeze (the site's pause), build."""
+    with tempfile.TemporaryDirectory(prefix="envctl-snap-") as tmp:
+        names = copy.names
+        t = time.monotonic()
+        dk.pause(names)
+        try:
+            caps = [dk.capture(c, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
+                    for svc, c in copy.containers.items()]
+        finally:
+            dk.unpause(names)
+            timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
+        t = time.monotonic()
+        for cap in caps:
+            dk.finish_capture(cap)
+        timings["build"] = timings.get("build", 0.0) + time.monotonic() - t
+
+
+@dataclass
+class LiveCapture:
+    tags: dict[str, str]
+    fingerprint: Fingerprint
+    method: str  # freeze | stop
+    attempts: int
+    timings: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+def capture_live(inst: Instance, copy: Copy, name: str,
+                 progress: Callable[[str, str, str], None] = lambda *_: None, *,
+                 clean_stop: bool = False) -> LiveCapture:
+    """Snapshot the routed ``copy`` as ``name`` while it serves (freeze; see the module's docstring).
+
+    The caller holds the site's reset lock (no swap meanwhile). Fingerprint, freeze + commit, unpause,
+    fingerprint again: equal means no write came between, so the label describes the image; else once
+    more, then the clean stop."""
+    site = copy.site
+    tags = snapshot_tags(inst, site, name)
+    timings: dict[str, float] = {}
+    why = "clean stop asked for" if clean_stop else needs_clean_stop(inst, site)
+    t = time.monotonic()
+    fp = inst.fingerprint(copy)
+    timings["fingerprint"] = time.monotonic() - t
+    if not why:
+        for attempt in (1, 2):
+            progress(site, "snapshot", f"freeze, commit, unpause (attempt {attempt})")
+            freeze_commit(copy, tags, _snapshot_labels(inst, copy, name, fp), timings)
+            t = time.monotonic()
+            after = inst.fingerprint(copy)
+            timings["fingerprint"] += time.monotonic() - t
+            if after.digest == fp.digest:
+                return LiveCapture(tags, fp, "freeze", attempt, timings)
+            progress(site, "snapshot", "a write came in during the capture; capturing again")
+            fp = after
+        why = "writes came in during two captures in a row"
+    progress(site, "snapshot", f"clean stop, commit, start ({why})")
+    t = time.monotonic()
+    fp = inst.fingerprint(copy)
+    commit_snapshot(inst, copy, name, fp)
+    timings["stop_commit_start"] = time.monotonic() - t
+    return LiveCapture(tags, fp, "stop", 1, timings, f"clean stop: {why}")
+
+
+def snapshot_fingerprint(tags: dict[str, str]) -> Fingerprint | None:
+    """The fingerprint a snapshot's images were labelled with."""
+    for tag in tags.values():
+        raw = dk.image_labels(tag).get("envctl.fingerprint")
+        if raw:
+            return Fingerprint.from_json(raw)
+    return None
 
 
 @dataclass
