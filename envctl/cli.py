@@ -946,11 +946,14 @@ def cloud() -> None:
 @flavor_option
 @click.option("--inventory", "inventory_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="configure these SSH hosts (Ansible INI/YAML inventory) instead of creating EC2 hosts")
-@click.option("--images-url", default="", help="S3/HTTP copy of the images for 'envctl images import'")
+@click.option("--images-url", default="",
+              help="the lab's S3/HTTP copy of the artifacts (URL/<artifact name>): the hosts' 'images get' tries it first")
+@click.option("--instances-per-host", "instances", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="isolated instances on each host (distinct port offsets)")
 @json_option
 def cloud_up(lab: str, hosts: int, region: str | None, instance_type: str, ami: str, allow_cidrs: tuple[str, ...],
              allow_world: bool, key_name: str | None, spot: bool, ttl: str, sites: str, flavor: str | None,
-             inventory_file: str | None, images_url: str, as_json: bool) -> None:
+             inventory_file: str | None, images_url: str, instances: int, as_json: bool) -> None:
     """Create the hosts (or take --inventory), prepare them with Ansible, run envctl up + serve on each."""
     from envctl import cloud as cloudlab
     from envctl.render import emit_json, err_console
@@ -958,7 +961,7 @@ def cloud_up(lab: str, hosts: int, region: str | None, instance_type: str, ami: 
     manifest, play = cloudlab.up(lab, hosts=hosts, region=region, instance_type=instance_type, ami=ami,
                                  allow_cidrs=allow_cidrs, allow_world=allow_world, key_name=key_name, spot=spot,
                                  ttl=ttl, sites=sites, flavor=flavor or "full", inventory_file=inventory_file,
-                                 images_url=images_url,
+                                 images_url=images_url, instances_per_host=instances,
                                  progress=(lambda m: None) if as_json else (lambda m: err_console.print(m)))
     failures = play.failures if play else []
     if as_json:
@@ -980,12 +983,28 @@ def cloud_status(lab: str, as_json: bool) -> None:
 
     st = cloudlab.status(lab)
     if as_json:
-        return emit_json(asdict(st))
-    table(f"lab {lab}: ${st.total_cost_usd:.2f} so far (prices: {st.price_snapshot})",
-          ["host", "address", "state", "type", "ready", "ttl left", "cost", "error"],
-          [[h.name, h.address, h.state, h.instance_type, "yes" if h.ready else "no",
-            f"{h.time_left_minutes:.0f} min" if h.time_left_minutes is not None else "-",
-            f"${h.cost_usd:.2f}" if h.cost_usd is not None else "-", h.error or ""] for h in st.hosts])
+        emit_json(asdict(st))
+    elif st.kind == "ec2":
+        cost = f"${st.total_cost_usd:.2f} so far" if st.total_cost_usd is not None else "cost unknown"
+        table(f"lab {lab}: {cost} (prices: {st.price_snapshot})",
+              ["host", "address", "state", "type", "ready", "ttl left", "cost", "error"],
+              [[h.name, h.address, h.state, h.instance_type, "yes" if h.ready else "no",
+                f"{h.time_left_minutes:.0f} min" if h.time_left_minutes is not None else "-",
+                f"${h.cost_usd:.2f}" if h.cost_usd is not None else "-", h.error or ""] for h in st.hosts])
+    else:
+        rows = []
+        for h in st.hosts:
+            shown: list[cloudlab.InstanceHealth | None] = list(h.instances) or [None]
+            for i in shown:
+                rows.append([h.name, h.address, "yes" if h.reachable else "NO", i.instance if i else "-",
+                             ", ".join(i.sites_up) or "-" if i else "-", ", ".join(i.sites_down) if i else "",
+                             "-" if i is None or i.ready is None else "yes" if i.ready else "no",
+                             (i.error if i and i.error else h.error or "")[:80]])
+        table(f"lab {lab} ({len(st.hosts)} hosts)",
+              ["host", "address", "reachable", "instance", "sites up", "sites down", "ready", "error"], rows)
+    # exit 1 unless every host is reachable (or running on EC2) and every instance's sites are up
+    _exit_unless(all((h.reachable if h.reachable is not None else h.state == "running")
+                     and all(i.running and not i.sites_down for i in h.instances) for h in st.hosts))
 
 
 @cloud.command("env")

@@ -18,9 +18,9 @@ from envctl.validate import (validate_allowed_cidrs, validate_duration, validate
                              validate_lab_name)
 from envctl.provision import ec2 as ec2mod
 from envctl.provision import lab as labmod
-from envctl.provision.lab import LabManifest, LabStatus, down, env, reset, status
+from envctl.provision.lab import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
 
-__all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "ttl_minutes"]
+__all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
 
 
 def ttl_minutes(text: str) -> int:
@@ -31,25 +31,30 @@ def ttl_minutes(text: str) -> int:
 def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: str = "t3a.xlarge",
        ami: str = "webarena", allow_cidrs: Sequence[str] = (), allow_world: bool = False,
        key_name: str | None = None, spot: bool = False, ttl: str = "8h", sites: str = "all", flavor: str = "full",
-       inventory_file: str | Path | None = None, images_url: str = "",
+       inventory_file: str | Path | None = None, images_url: str = "", instances_per_host: int = 1,
        progress: Callable[[str], None] = lambda _m: None) -> tuple[LabManifest, Any]:
-    """Create the hosts (or take ``inventory_file``), prepare them with Ansible, run envctl up + serve on each.
+    """Create the hosts (or take ``inventory_file``), prepare them with Ansible, run envctl up + serve on each
+    (``instances_per_host`` isolated instances on each host, on distinct port offsets).
 
     Returns the lab's manifest and the play's result (its ``failures`` name each host that failed).
     Every value is checked before anything is created or written."""
     validate_lab_name(lab)
     minutes = ttl_minutes(ttl)
+    selected = None if sites == "all" else sites.split(",")
+    names = load_catalog().resolve(selected)  # a typo is refused here, not on every host
+    offsets = labmod.instance_offsets(instances_per_host, labmod.lab_ports(names))
     if inventory_file:
         return labmod.up_inventory(lab, inventory_file=Path(inventory_file), flavor=flavor, sites=sites,
-                                   images_url=images_url, progress=progress)
+                                   images_url=images_url, instances_per_host=instances_per_host, progress=progress)
     validate_ec2_inputs(instance_type, ami, key_name, images_url)
     allow_cidrs = validate_allowed_cidrs(allow_cidrs, allow_world=allow_world)
     if not region:
         raise UsageError("no AWS region given", "pass --region (e.g. us-east-2) or set AWS_REGION")
-    sizing = labmod.lab_sizing(None if sites == "all" else sites.split(","), flavor, ami=ami,
-                               extra_ports=(load_catalog().reset_server.port,))
+    sizing = labmod.lab_sizing(selected, flavor, ami=ami, extra_ports=(load_catalog().reset_server.port,))
+    ports = tuple(sorted({p + off for p in sizing.ports for off in offsets}))  # every instance's, for the group
     spec = ec2mod.Ec2LabSpec(lab=lab, region=region, hosts=hosts, instance_type=instance_type, ami=ami,
-                             ports=sizing.ports, allow_cidrs=tuple(allow_cidrs), allow_world=allow_world,
+                             ports=ports, allow_cidrs=tuple(allow_cidrs), allow_world=allow_world,
                              key_name=key_name, spot=spot, ttl_minutes=minutes,
                              root_gb=sizing.root_gb, data_gb=sizing.data_gb)
-    return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, progress=progress)
+    return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, instance_offsets=offsets,
+                         progress=progress)

@@ -4,7 +4,8 @@ The inventory is generated from :class:`InventoryHost` records (EC2 instances or
 is the user's own file. Hosts run in parallel (forks); ansible-runner's event stream drives a
 progress callback and is also where results are read: a failed or unreachable host is reported
 as a :class:`HostFailure` (host, task, output) while the play continues on the others, and the
-output of tasks named ``collect: …`` is gathered per host.
+output of tasks named ``collect: …`` is gathered per host (for a task with a loop: one record per
+item, with its ``item``, ``rc``, parsed ``value`` and last ``stderr`` line).
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class HostFailure:
     host: str
     task: str
     output: str
+    unreachable: bool = False  # SSH could not reach the host (vs. a task that failed there)
 
     def line(self) -> str:
         return f"{self.host}: task '{self.task}' failed: {self.output}"
@@ -100,7 +102,26 @@ def inventory(hosts: Sequence[InventoryHost], *, known_hosts: Path | None = None
     return {"all": {"children": {"envctl": {"hosts": out}}}}
 
 
+def _parse(out: str) -> Any:
+    try:
+        return json.loads(out)
+    except ValueError:
+        return out
+
+
+def _collect(res: Mapping[str, Any]) -> Any:
+    if isinstance(res.get("results"), list):  # a loop: one record per item that ran
+        return [{"item": r.get("item"), "rc": r.get("rc"), "value": _parse(str(r.get("stdout", ""))),
+                 "stderr": (str(r.get("stderr", "")).strip().splitlines() or [""])[-1]}
+                for r in res["results"] if isinstance(r, dict) and not r.get("skipped")]
+    return _parse(str(res.get("stdout", "")))
+
+
 def _output(res: Mapping[str, Any]) -> str:
+    if isinstance(res.get("results"), list):  # a loop: the items that failed
+        bad = [r for r in res["results"] if isinstance(r, dict) and r.get("failed")]
+        if bad:
+            return " || ".join(f"{r.get('item')}: {_output(r)}" for r in bad)[-800:]
     parts = [str(res.get(k, "")).strip() for k in ("msg", "stderr", "stdout") if res.get(k)]
     text = " | ".join(p for p in parts if p) or json.dumps(res)[:400]
     return text[-800:]
@@ -139,12 +160,7 @@ def run_playbook(
             if res.get("changed"):
                 changed.setdefault(host, []).append(task)
             if task.startswith(COLLECT_PREFIX):
-                out = str(res.get("stdout", ""))
-                try:
-                    value: Any = json.loads(out)
-                except ValueError:
-                    value = out
-                collected.setdefault(host, {})[task[len(COLLECT_PREFIX):]] = value
+                collected.setdefault(host, {})[task[len(COLLECT_PREFIX):]] = _collect(res)
         elif kind == "runner_on_skipped":
             shown = "skipped"
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -152,7 +168,7 @@ def run_playbook(
             failures.append(HostFailure(host, task, _output(res)))
         elif kind == "runner_on_unreachable":
             shown = "unreachable"
-            failures.append(HostFailure(host, task or "connect", _output(res)))
+            failures.append(HostFailure(host, task or "connect", _output(res), unreachable=True))
         if shown and progress:
             progress(PlayEvent(shown, host, task))
         return False  # nothing needs keeping on disk beyond what ansible-runner writes anyway
@@ -166,7 +182,7 @@ def run_playbook(
             private_data_dir=tmp, project_dir=str(book.parent), playbook=book.name, inventory=inv,
             extravars=dict(extravars or {}), forks=forks, quiet=True, event_handler=on_event, limit=limit,
             timeout=timeout,
-            envvars={"PATH": os.pathsep.join([str(binary.parent), os.environ.get("PATH", "")]),"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            envvars={"PATH": os.pathsep.join([str(binary.parent), os.environ.get("PATH", "")]), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
                      "ANSIBLE_PIPELINING": "1", "ANSIBLE_SSH_RETRIES": "3"},
             settings={"suppress_ansible_output": True},
         )
