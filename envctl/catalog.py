@@ -32,7 +32,7 @@ from envctl.secrets import mask_data, mask_text
 
 BUILTIN = Path(__file__).with_name("sites.yaml")
 Benchmark = Literal["webarena", "visualwebarena"]
-Tier = Literal["spare", "endpoint", "recreate", "none"]
+Tier = Literal["spare", "inplace", "endpoint", "recreate", "none"]
 
 
 class _Model(BaseModel):
@@ -272,11 +272,23 @@ class Query(_Model):
     run: tuple[str, ...]
 
 
+class InPlace(_Model):
+    """The spare-less tier: restore the databases inside the running copy.
+
+    ``save`` runs once on every new copy while it is pristine (before a golden image is committed,
+    so copies booted from the golden carry the saved state); ``restore`` puts the saved state back
+    in the running copy. Both are argv steps like the configure steps, and idempotent."""
+
+    save: tuple[Step, ...] = Field(min_length=1)
+    restore: tuple[Step, ...] = Field(min_length=1)
+
+
 class Reset(_Model):
     tier: Tier
     spares: int = Field(default=0, ge=0, le=8)
     endpoint: str | None = None  # tier=endpoint: path POSTed with the token
     success_text: str | None = None
+    inplace: InPlace | None = None  # the tier after 'spare' when no spare is ready (and tier=inplace)
 
 
 class Site(_Model):
@@ -330,6 +342,11 @@ class Site(_Model):
                 raise ValueError("login.no_pair_with names the site itself")
         if self.reset.tier == "endpoint" and not self.reset.endpoint:
             raise ValueError("reset tier 'endpoint' needs reset.endpoint")
+        if self.reset.tier == "inplace" and not self.reset.inplace:
+            raise ValueError("reset tier 'inplace' needs reset.inplace (save and restore steps)")
+        for step in (*self.reset.inplace.save, *self.reset.inplace.restore) if self.reset.inplace else ():
+            if step.service and step.service not in self.services:
+                raise ValueError(f"reset.inplace step names unknown service '{step.service}'")
         return self
 
     # -- convenience --------------------------------------------------------------------------

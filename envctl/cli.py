@@ -624,7 +624,7 @@ def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str,
 @cli.command()
 @sites_argument
 @click.option("--all", "all_sites", is_flag=True, help="every site that is up")
-@click.option("--tier", type=click.Choice(["spare", "endpoint", "recreate", "none"]), default=None,
+@click.option("--tier", type=click.Choice(["spare", "inplace", "endpoint", "recreate", "none"]), default=None,
               help="start at this tier instead of the catalog's")
 @click.option("--no-wait", is_flag=True, help="refuse instead of waiting when the site is being reset already")
 @instance_option

@@ -202,6 +202,15 @@ class Instance:
         """'' when ``copy`` matches the pristine fingerprint ``expected``, else why not."""
         return mismatch(expected, self.fingerprint(copy))
 
+    def save_inplace(self, copy: Copy, progress: Progress = _noop) -> bool:
+        """Save, in a pristine ``copy``, the state the in-place tier restores (``reset.inplace.save``);
+        False when the site declares no in-place tier."""
+        inplace = self.catalog.site(copy.site).reset.inplace
+        if inplace is None:
+            return False
+        self.backend.run_steps(copy, inplace.save, "save", progress=progress)
+        return True
+
     # -- copies ----------------------------------------------------------------------------------
     def boot_copy(self, site: str, *, role: str, images: dict[str, str] | None = None, golden: str = "",
                   progress: Progress = _noop, timings: dict[str, float] | None = None) -> Copy:

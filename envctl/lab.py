@@ -348,6 +348,7 @@ class Lab:
         url = inst.settings.deployment.url(site) + site.url_path
         timings: dict[str, float] = {}
         action = "created"
+        fresh = False
         try:
             table = inst.table()
             active = inst.active_copy(name, table)
@@ -378,6 +379,7 @@ class Lab:
                 images, golden = snapshots.golden_images(inst, name)
                 copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
                                       timings=timings)
+                fresh = not golden  # configured here: pristine, without the in-place tier's saved state
             with inst.routing() as table:
                 inst.route(table, copy)
             if not wait:
@@ -392,6 +394,10 @@ class Lab:
                 fp = inst.fingerprint(copy)
                 with inst.routing() as table:
                     table.pristine[name] = fp.to_json()
+            if fresh:
+                t = time.monotonic()
+                if inst.save_inplace(copy, progress):
+                    timings["save"] = time.monotonic() - t
             progress(name, "healthy", f"healthy at {url}")
             return SiteResult(name, True, action, url, timings, probes=[r.to_dict() for r in results])
         except Cancelled:
@@ -636,7 +642,8 @@ class Lab:
             for slot in slots:
                 cp = copies[(site_name, slot)]
                 role = ("active" if slot == active_slot else
-                        "spare" if slot in table.spares.get(site_name, []) else "booting")
+                        "spare" if slot in table.spares.get(site_name, []) else
+                        "warm" if slot in table.warm_slots(site_name) else "booting")
                 for svc, c in cp.containers.items():
                     try:
                         containers.append(ContainerStatus(c.name, svc, slot, role, c.state.status or "",

@@ -104,8 +104,32 @@ def test_tampered_spare_escalates_to_recreate(lab):
     post_on_reddit(lab, "tampered spare", headers={proxy.BACKEND_HEADER: f"{name}:80"})
     assert lab.verify("reddit").ok  # the active copy is untouched
     [r] = lab.reset(["reddit"], replenish_async=False)
-    assert r.ok and r.tier == "recreate", r
+    # the tampered copy is routed, fails its fingerprint, and the next tier restores its database in place
+    assert r.ok and r.tier == "inplace", r
     assert r.escalations and r.escalations[0].startswith("spare: fingerprint differs"), r.escalations
+    assert lab.verify("reddit").ok
+    assert_consistent(lab, "reddit")
+
+
+def test_spare_less_inplace_tier_restores_the_database_inside_the_running_copy(lab):
+    """No spare ready (a host with no memory for one): reddit's database is copied back from the template
+    saved while the copy was pristine, in the same copy; then verified like any tier."""
+    lab.replenish("reddit", 0)
+    with lab.running().routing() as st:
+        st.spares["reddit"] = []
+    lab.replenish("reddit", 0)  # removes the spare no longer listed
+    active = state(lab).active["reddit"]
+    for tier in (None, "inplace"):  # the default chain (spare -> inplace -> recreate), then asked for
+        title = f"in place {uuid.uuid4().hex[:6]}"
+        post_on_reddit(lab, title)
+        assert not lab.verify("reddit").ok
+        [r] = lab.reset(["reddit"], tier=tier, replenish_async=False)
+        assert r.ok and r.tier == "inplace", r
+        assert r.escalations == ([] if tier else ["spare: no spare ready"]), r.escalations
+        assert {"inplace", "verify", "login"} <= set(r.phases), r.phases
+        assert state(lab).active["reddit"] == active, "the in-place tier keeps the copy"
+        assert lab.verify("reddit").ok
+        assert title not in requests.get(f"{url(lab, 'reddit')}/f/books/new", timeout=20).text
     assert_consistent(lab, "reddit")
 
 

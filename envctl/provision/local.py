@@ -10,9 +10,9 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
-from envctl.catalog import Catalog, Deployment, Renderer, Site
+from envctl.catalog import Catalog, Deployment, Renderer, Site, Step
 from envctl.errors import DockerError, NotReady
 from envctl.healthchecks.wait import TargetDied, wait_ready
 from envctl.provision import docker as dk
@@ -206,17 +206,21 @@ class LocalBackend:
 
     def configure(self, copy: Copy, *, progress: Progress = _noop) -> int:
         """Run the site's post-start steps in order (idempotent); returns how many ran."""
+        steps = self.catalog.site(copy.site).steps(self.settings.flavor)
+        return self.run_steps(copy, steps, "configure", progress=progress)
+
+    def run_steps(self, copy: Copy, steps: Sequence[Step], what: str, *, progress: Progress = _noop) -> int:
+        """Run catalog steps (configure, in-place save/restore) in ``copy``, in order; returns how many ran."""
         s = self.catalog.site(copy.site)
         r = self.renderer(copy.site, copy.slot)
-        steps = s.steps(self.settings.flavor)
         for i, step in enumerate(steps, 1):
             svc = step.service or s.entry
             argv = r.argv(step.run)
-            progress(copy.site, "configure", f"step {i}/{len(steps)}: {mask(s, ' '.join(argv))[:90]}")
+            progress(copy.site, what, f"step {i}/{len(steps)}: {mask(s, ' '.join(argv))[:90]}")
             rc, out = dk.exec_argv(copy.containers[svc], argv)
             if rc != 0:
                 raise DockerError(
-                    f"{copy.site}: configure step {i} ({mask(s, ' '.join(argv))[:160]}) failed with exit {rc}: "
+                    f"{copy.site}: {what} step {i} ({mask(s, ' '.join(argv))[:160]}) failed with exit {rc}: "
                     f"{mask(s, out)[-300:]}", f"see 'envctl logs {copy.site}'")
         return len(steps)
 

@@ -37,7 +37,7 @@ from envctl.provision.local import Copy, mask
 from envctl.provision.proxy import ProxyState, Route
 from envctl.state import snapshots
 
-TIERS = ("spare", "endpoint", "recreate", "none")
+TIERS = ("spare", "inplace", "endpoint", "recreate", "none")
 Progress = Callable[[str, str, str], None]
 
 
@@ -160,6 +160,7 @@ def boot_pristine(inst: Instance, site: str, *, role: str, progress: Progress = 
             raise ResetFailed(f"{site}: a fresh copy is not pristine: {why}",
                               "the golden image is stale: 'envctl snapshot rm golden' and reset again")
         if not images:
+            inst.save_inplace(copy, progress)  # pristine now: the golden carries the saved state
             progress(site, "golden", "committing the golden image (clean stop, commit, start)")
             snapshots.commit_golden(inst, copy, fp)
             copy = inst.backend.copies(site)[(site, copy.slot)]
@@ -351,6 +352,19 @@ def _endpoint(inst: Instance, site: str, phases: dict[str, float]) -> None:
         raise ResetFailed(f"{site}: reset endpoint answered {resp.status_code}: {mask(spec, resp.text.strip())[:200]}")
 
 
+def _inplace(inst: Instance, site: str, phases: dict[str, float], progress: Progress) -> None:
+    """Restore the saved pristine state inside the running copy (the site's ``reset.inplace.restore``)."""
+    inplace = inst.catalog.site(site).reset.inplace
+    if inplace is None:
+        raise UsageError(f"{site} has no in-place tier", "its catalog entry declares no reset.inplace steps")
+    active = inst.active_copy(site, inst.table())
+    if active is None:
+        raise SiteNotUp(site, inst.name)
+    t = time.monotonic()
+    inst.backend.run_steps(active, inplace.restore, "restore", progress=progress)
+    phases["inplace"] = time.monotonic() - t
+
+
 def _recreate(inst: Instance, site: str, phases: dict[str, float], progress: Progress) -> tuple[str, Copy]:
     # The spare lock keeps replenishers' cleanup away from this copy while it is neither active nor spare.
     with locked(f"spare.{inst.name}.{site}", timeout=inst.catalog.site(site).health.timeout * 2):
@@ -398,6 +412,8 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
     escalations: list[str] = []
     first = tier or spec.reset.tier
     chain = [first] if first == "recreate" else [first, "recreate"]
+    if first == "spare" and spec.reset.inplace is not None:
+        chain = ["spare", "inplace", "recreate"]  # no spare ready: restore in place before recreating
     with locked(f"reset.{inst.name}.{site}", wait=wait):
         for t in chain:
             try:
@@ -410,12 +426,15 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                         swapped = _wait_for_spare(inst, site, phases)
                     if swapped is None:
                         escalations.append("spare: no spare ready")
-                        progress(site, "escalate", "no spare ready; recreating")
+                        progress(site, "escalate", "no spare ready; " + (
+                            "restoring in place" if "inplace" in chain else "recreating"))
                         continue
                     dirty, copy, pristine = swapped
                 else:
                     if t == "endpoint":
                         _endpoint(inst, site, phases)
+                    if t == "inplace":
+                        _inplace(inst, site, phases, progress)
                     if t == "recreate":
                         dirty, copy = _recreate(inst, site, phases, progress)
                     table = inst.table()
@@ -429,9 +448,10 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                     progress(site, "escalate", f"{t} did not verify ({why}); escalating")
                     continue
                 tl = time.monotonic()
-                # New copies need new login state (pre-made for spares); the endpoint restores listings,
-                # not sessions, and 'none' changes nothing, so their login files stay valid.
-                if (t == "recreate" or (t == "spare" and not _install_staged(logins, site, copy.slot))) \
+                # New copies and restored databases need new login state (pre-made for spares); the
+                # endpoint restores listings, not sessions, and 'none' changes nothing, so their login
+                # files stay valid.
+                if (t in ("recreate", "inplace") or (t == "spare" and not _install_staged(logins, site, copy.slot))) \
                         and not defer_login:
                     login(inst, logins, [site])
                 phases["login"] = time.monotonic() - tl

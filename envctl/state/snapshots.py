@@ -49,7 +49,8 @@ def golden_key(inst: Instance, site: str) -> str:
     h.update(backend.settings.flavor.encode() + b"\0" + r("{public_url}").encode())
     for svc, image in sorted(backend.images(site).items()):
         h.update(svc.encode() + b"\0" + (dk.image_id(image) if dk.image_exists(image) else image).encode())
-    for step in s.steps(backend.settings.flavor):
+    # The in-place tier's save steps run before a golden is committed: the golden carries their result.
+    for step in (*s.steps(backend.settings.flavor), *(s.reset.inplace.save if s.reset.inplace else ())):
         # container names differ per copy; the rendered public values are what matters
         h.update(json.dumps([a.replace(r.containers.get(step.service or s.entry, ""), "") for a in r.argv(step.run)]).encode())
     return h.hexdigest()[:12]
