@@ -4,8 +4,8 @@
 default), then resets spaced like agent episodes (``--episode`` seconds of "agent work" between
 resets, default 1.5 x the spare refill time measured first). Prints the share of resets that
 recreated (goal 0), p50 / p95 per site with the phases of a swap (route switch, verification),
-against a recreate measured in the same run (ratio) — the tier a host without memory for spares
-gets.
+against a recreate measured in the same run (ratio), and the spare-less in-place tier where a site
+declares one (what a host without memory for spares gets; recreate otherwise).
 
 ``--mode tight``: per mutable site, reset latency p50 / p95 over N back-to-back resets with a spare
 ready, recreate as the baseline, plus sustained resets per minute with K = 1 and K = 2 spares.
@@ -62,6 +62,7 @@ def episodes(args: argparse.Namespace) -> int:
     tiers: dict[str, list[str]] = {s: [] for s in sites}
     phases: dict[str, dict[str, list[float]]] = {s: {} for s in sites}
     recreate: dict[str, list[float]] = {s: [] for s in sites}
+    inplace: dict[str, list[float]] = {s: [] for s in sites}
     try:
         t0 = time.monotonic()
         for s in sites:
@@ -87,6 +88,12 @@ def episodes(args: argparse.Namespace) -> int:
                 st.wanted[site] = 0
             for _ in range(args.recreate_n):
                 recreate[site].append(lab.reset([site], tier="recreate", replenish_async=False)[0].seconds)
+            # The spare-less tier (a host with no memory for spares), where the site declares one.
+            if cat.site(site).reset.inplace is not None:
+                for _ in range(args.recreate_n * 2):
+                    r = lab.reset([site], tier="inplace", replenish_async=False)[0]
+                    assert r.ok and r.tier == "inplace", r
+                    inplace[site].append(r.seconds)
     finally:
         lab.down()
     total = sum(len(v) for v in tiers.values())
@@ -95,7 +102,7 @@ def episodes(args: argparse.Namespace) -> int:
           f"spare refill {refill:.1f} s)\n")
     print(f"resets that recreated: {recreated} of {total} ({100 * recreated / max(1, total):.0f} %)\n")
     head = ("site", "tiers", "p50 s", "p95 s", "swap p50 s", "verify p50 s", "recreate p50 s", "recreate p95 s",
-            "recreate/p95")
+            "recreate/p95", "in-place p50 s", "in-place p95 s")
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
     for site in sites:
@@ -104,7 +111,8 @@ def episodes(args: argparse.Namespace) -> int:
         rec = recreate[site]
         print(f"{site} | {','.join(sorted(set(tiers[site])))} | {statistics.median(lat[site]):.3f} | "
               f"{pct(lat[site], 95):.3f} | {med('swap')} | {med('verify')} | {statistics.median(rec):.2f} | "
-              f"{pct(rec, 95):.2f} | {pct(rec, 95) / pct(lat[site], 95):.1f}x")
+              f"{pct(rec, 95):.2f} | {pct(rec, 95) / pct(lat[site], 95):.1f}x | "
+              + (f"{statistics.median(inplace[site]):.2f} | {pct(inplace[site], 95):.2f}" if inplace[site] else "- | -"))
     return 0
 
 

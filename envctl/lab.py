@@ -29,7 +29,7 @@ from envctl.errors import EnvctlError, ImageMissing, NoSuchInstance, PortInUse, 
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
-from envctl.locks import locked
+from envctl.locks import Busy, locked
 from envctl.paths import data_dir
 from envctl.plan import SERVICE_MEMORY_DEFAULT
 from envctl.plan import plan as capacity_plan
@@ -371,11 +371,14 @@ class Lab:
                     action = "repaired"
                     progress(name, "repair", "a container is missing or stopped; recreating the site")
                     inst.backend.remove_copy(active)
-                # Leftovers of an interrupted run that never got routed are not worth keeping.
-                ready_spares = set(table.spares.get(name, []))
-                for (_, slot), c in inst.backend.copies(name).items():
-                    if slot not in ready_spares and (active is None or slot != active.slot):
-                        inst.backend.remove_copy(c)
+                # Leftovers of an interrupted run that never got routed are not worth keeping. Ready spares
+                # and warm copies are kept, and so is a spare a replenisher is booting right now: it holds
+                # the site's spare lock (and removes leftovers itself when it is done).
+                try:
+                    with locked(f"spare.{inst.name}.{name}", wait=False):
+                        inst.remove_strays(name, inst.table())
+                except Busy:
+                    pass
                 images, golden = snapshots.golden_images(inst, name)
                 copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
                                       timings=timings)

@@ -131,3 +131,52 @@ def test_default_up_keeps_a_spare_so_resets_between_episodes_never_recreate(dock
         assert tiers == ["spare"] * 3, tiers
     finally:
         envctl("down", "-i", inst, "--volumes")
+
+
+@pytest.mark.docker
+@pytest.mark.mini
+def test_up_repairing_a_site_keeps_the_spare_a_replenisher_is_booting(docker_engine, tmp_path) -> None:
+    """'up' repairs a site whose active copy is gone and removes leftovers of interrupted runs, but not
+    the spare a background replenisher is booting at that moment (it holds the site's spare lock)."""
+    from envctl.provision import proxy
+    from envctl.state.reset import replenisher_pids
+
+    inst = "pl3"
+    auth = str(tmp_path / "auth")
+    envctl("down", "-i", inst, "--volumes")
+
+    def copies() -> dict[str, set[str]]:
+        out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=envctl.instance={inst}", "--filter",
+                              "label=envctl.site=reddit", "--format", '{{.Label "envctl.slot"}} {{.Label "envctl.role"}}'],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        by_role: dict[str, set[str]] = {}
+        for line in filter(None, out):
+            slot, role = line.split()
+            by_role.setdefault(role, set()).add(slot)
+        return by_role
+
+    try:
+        up = envctl("up", "reddit", "--flavor", "mini", "-i", inst, "--port-offset", "11200", "--auth-dir", auth,
+                    "--no-login", "--spares", "1", "--json")
+        assert up.returncode == 0, up.stderr[-2000:]
+        deadline = time.monotonic() + 60
+        while not copies().get("spare") and time.monotonic() < deadline:  # the replenisher created its copy
+            time.sleep(0.1)
+        assert replenisher_pids(inst), "the spare was ready before the test could race it; nothing was tested"
+        booting = copies()["spare"]
+        active = copies()["active"]
+        subprocess.run(["docker", "rm", "-f", *[c for c in subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=envctl.instance={inst}", "--filter", "label=envctl.role=active"],
+            capture_output=True, text=True).stdout.split()]], check=True, capture_output=True)
+        rep = envctl("up", "reddit", "-i", inst, "--auth-dir", auth, "--no-login", "--json")
+        assert rep.returncode == 0, rep.stderr[-2000:]
+        assert json.loads(rep.stdout)["sites"][0]["action"] == "repaired"
+        assert booting <= copies().get("spare", set()), "up removed the spare being booted"
+        deadline = time.monotonic() + 120
+        while replenisher_pids(inst) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        st = proxy.read_state(inst)
+        assert st is not None and st.spares.get("reddit") and set(st.spares["reddit"]) <= booting, st
+        assert st.active["reddit"] not in active, "the repaired site runs on a new copy"
+    finally:
+        envctl("down", "-i", inst, "--volumes")
