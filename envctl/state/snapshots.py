@@ -108,8 +108,9 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise UsageError(f"invalid snapshot name '{name}'", "use lower-case letters, digits, '.', '_' and '-'")
+    if not _NAME.fullmatch(name):  # fullmatch: '$' would let a trailing newline through
+        shown = repr(name[:60] + ("…" if len(name) > 60 else ""))
+        raise UsageError(f"invalid snapshot name {shown}", "use lower-case letters, digits, '.', '_' and '-'")
     return name
 
 
