@@ -1053,6 +1053,47 @@ def cloud_down(lab: str, region: str | None, as_json: bool) -> None:
         emit_json({"lab": lab, "teardown": asdict(teardown) if teardown is not None else None})
 
 
+@cloud.command("serve")
+@click.option("--lab", required=True, help="the lab whose instances (every host's) the pool leases")
+@click.option("--host", "--bind", "host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="[the catalog's reset_server.port: 7565]")
+@click.option("--token", default=None, envvar="ENVCTL_SERVE_TOKEN",
+              help="required as http://host:port/<token>/... or 'Authorization: Bearer'; generated into "
+                   "<state dir>/serve-<lab>.token when --bind is not loopback (ENVCTL_SERVE_TOKEN)")
+@json_option
+@pass_ctx
+def cloud_serve(ctx: Ctx, lab: str, host: str, port: int | None, token: str | None, as_json: bool) -> None:
+    """A lab is one pool: lease the instances of every host of LAB (POST /leases, DELETE /leases/ID,
+    GET /leases, /metrics); 'envctl lease ... --instance LAB' talks to it."""
+    from envctl import cloud as cloudlab
+    from envctl.render import emit_json
+    from envctl.serve import serve_pool
+    from envctl.validate import validate_host, validate_lab_name, validate_token
+
+    validate_lab_name(lab)
+    validate_host(host, "--bind")
+    if token is not None:
+        validate_token(token)
+    port = port or ctx.catalog.reset_server.port
+    say = (lambda m: click.echo(m, err=True))
+    pool = cloudlab.pool(lab, log=say)
+    server = serve_pool(lab, pool, host, port, token, say=say)
+    shown = f"http://{host}:{server.server_address[1]}"  # without the token path: it is a secret
+    if as_json:
+        emit_json({"lab": lab, "url": shown, "token": bool(token or server.token),  # type: ignore[attr-defined]
+                   "instances": [{"host": r.host, "instance": r.instance} for r in pool.remotes.values()]})
+    else:
+        click.echo(f"envctl lease server for lab '{lab}' on {shown} ({len(pool.remotes)} instances on "
+                   f"{len({r.host for r in pool.remotes.values()})} hosts); "
+                   f"'envctl lease acquire --instance {lab}' leases one", err=True)
+    pool.start()
+    try:
+        server.serve_forever()
+    finally:
+        pool.stop()
+        server.server_close()
+
+
 # -- leases (issue #16) --------------------------------------------------------------------------------
 @cli.group()
 def lease() -> None:

@@ -77,6 +77,11 @@ class LoginFailed(EnvctlError):
     pass
 
 
+class NoBrowser(LoginFailed):
+    """No browser to log in with on this machine (Playwright or Chromium missing), e.g. a lab host.
+    A reset still ends pristine; only its login files are not renewed."""
+
+
 class ResetFailed(EnvctlError):
     pass
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 from envctl.auth import Report, Target, check, login_sites
 from envctl.auth import login as log_in
 from envctl.catalog import Catalog, Renderer, load_catalog
-from envctl.errors import EnvctlError, ImageMissing, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp, UsageError
+from envctl.errors import EnvctlError, ImageMissing, NoBrowser, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp, UsageError
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
@@ -467,11 +467,17 @@ class Lab:
             futures = [pool.submit(resets.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
                                    replenish_async=replenish_async, defer_login=defer) for n in names]
             results = [f.result() for f in futures]
-        renew = [r.site for r in results if r.ok and r.tier in ("recreate", "spare") and self.catalog.site(r.site).login]
+        renew = [r.site for r in results
+                 if r.ok and r.tier in ("recreate", "spare", "inplace") and self.catalog.site(r.site).login]
         if defer and renew:
             t = time.monotonic()
             progress("*", "login", "renewing the login files of " + ", ".join(renew))
-            resets.login(inst, self.logins, renew)
+            try:
+                resets.login(inst, self.logins, renew)
+            except NoBrowser as exc:  # a machine without a browser (a lab host): the sites are pristine anyway
+                for r in results:
+                    if r.site in renew:
+                        r.note = f"login files not renewed: {str(exc).splitlines()[0]}"
             for r in results:
                 if r.site in renew:
                     r.phases["login"] = time.monotonic() - t

@@ -16,27 +16,36 @@ Sites heal: a worker probes every leased and free instance; a site failing its p
 ``heal_after`` seconds is recreated through the reset machinery (``tier="recreate"``): same public
 ports, so the lease's URLs do not change. Events are logged and counted (:meth:`Pool.metrics_text`).
 
+A cloud lab is one pool too (:class:`LabPool`, ``envctl cloud serve --lab``): its members are the
+lab's instances on every host (:class:`RemoteLab`, reached through the host's reset server), and
+their lease records live in a file next to the lab's manifest instead of routing tables.
+
 This module works through ``Lab`` objects made by the caller's factory (it sits at Lab's layer and
 ``Lab.lease`` uses it, so it never imports ``envctl.lab`` itself).
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+import requests
 
 from envctl.auth import plan, state_name
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, UsageError
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
-from envctl.locks import lock_dir
+from envctl.locks import lock_dir, write_private
 from envctl.provision import docker as dk
 from envctl.provision import proxy
 from envctl.provision.local import InstanceSettings
@@ -117,9 +126,14 @@ class Lease:
     env: dict[str, str] = field(default_factory=dict)
     auth: dict[str, Any] = field(default_factory=dict)  # storage_state file name -> its JSON
     full_reset: str | None = None
+    host: str | None = None  # the lab host the instance runs on (lab pools only)
+    auth_note: str | None = None  # why ``auth`` is empty (lab pools: the hosts run no browser)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for k in ("host", "auth_note"):
+            if d[k] is None:
+                del d[k]
         d["expires_at"] = _iso(self.expires)
         return d
 
@@ -228,12 +242,22 @@ class Pool:
         ``resume``, finish the resets a previous server left half-done."""
         for name in self.member_names():
             m = self._member(name)
-            if m.lab.settings() is None or proxy.read_state(name) is None:
+            if not self._present(m):
                 m.state, m.error = BROKEN, "not running"
                 continue
             self._adopt(m, resume=resume)
 
-    def _adopt(self, m: Member, *, resume: bool = True) -> None:
+    # -- where a member's lease record lives (a lab pool overrides these) -------------------------
+    def _present(self, m: Member) -> bool:
+        """Whether the member runs (its routing table can be read)."""
+        return m.lab.settings() is not None and proxy.read_state(m.name) is not None
+
+    def _exists(self, m: Member) -> bool:
+        """Whether the member exists at all (a cheaper check than :meth:`_present`)."""
+        return m.lab.settings() is not None
+
+    def _claim(self, m: Member) -> tuple[dict[str, Any], list[str]]:
+        """The member's lease record (made ``free`` in this pool when it has none) and its sites up."""
         inst = m.lab.running()
         with inst.routing() as table:
             rec = table.lease
@@ -243,7 +267,33 @@ class Pool:
             if not rec:
                 table.lease = {"pool": self.name, "state": FREE}
                 rec = table.lease
-            sites = inst.sites_up(table)
+            return dict(rec), inst.sites_up(table)
+
+    def _store(self, m: Member, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Replace the member's lease record; with ``expect``, only if the stored one passes it
+        (compare-and-set across processes: the table is read and written under its lock)."""
+        with m.lab.running().routing() as table:
+            if expect is not None and not expect(table.lease):
+                raise Conflict(f"the lease record of {m.name} changed under us: {table.lease.get('state')}")
+            table.lease = record
+
+    def _health_check(self, m: Member, sites: list[str]) -> Callable[[], tuple[bool, list[str]]]:
+        """A check (ok, problems) of the member's ``sites``, for :func:`wait_for`."""
+        inst = m.lab.running()
+
+        def check() -> tuple[bool, list[str]]:
+            bad = []
+            for s in sites:
+                ok, results = inst.probe(s)
+                if not ok:
+                    r = next(x for x in results if not x.ok)
+                    bad.append(f"{s}: probe '{r.name}' {r.detail or r.status}")
+            return not bad, bad
+
+        return check
+
+    def _adopt(self, m: Member, *, resume: bool = True) -> None:
+        rec, sites = self._claim(m)
         with self.cond:
             m.sites = sites
             m.state = rec.get("state", FREE)
@@ -260,10 +310,7 @@ class Pool:
     def _write(self, m: Member, expect: Callable[[dict[str, Any]], bool] | None = None) -> None:
         """Record ``m``'s lease in its routing table; with ``expect``, only if the table's record
         passes it (compare-and-set across processes: the table is read and written under its lock)."""
-        with m.lab.running().routing() as table:
-            if expect is not None and not expect(table.lease):
-                raise Conflict(f"the lease record of {m.name} changed under us: {table.lease.get('state')}")
-            table.lease = m.record(self.name)
+        self._store(m, m.record(self.name), expect)
 
     def _free_offsets(self, count: int, sites: list[str], catalog: Catalog, bind: str = "127.0.0.1") -> list[int]:
         """``count`` port offsets whose public ports (for ``sites``) are free and clash with no instance."""
@@ -290,7 +337,7 @@ class Pool:
         missing = []
         for name in names:
             m = self._member(name)
-            if m.lab.settings() is None or proxy.read_state(name) is None:
+            if not self._present(m):
                 missing.append(m)
             else:
                 self._adopt(m)
@@ -366,7 +413,7 @@ class Pool:
                     self.stats.expired += 1
                     self.log(f"pool {self.name}: lease {m.lease.get('id')} on {m.name} expired; reclaiming")
                     self._begin_release(m)
-                elif m.state == BROKEN and m.retry_at <= time.monotonic() and m.lab.settings() is not None:
+                elif m.state == BROKEN and m.retry_at <= time.monotonic() and self._exists(m):
                     m.retry_at = time.monotonic() + max(30.0, self.heal_after)
                     self._begin_release(m, force=True)
             if time.monotonic() >= next_probe:
@@ -475,7 +522,7 @@ class Pool:
                 continue
             except Exception:
                 with self.cond:
-                    m.state, m.lease = (FREE if m.lab.settings() is not None else BROKEN), {}
+                    m.state, m.lease = (FREE if self._exists(m) else BROKEN), {}
                     m.retry_at = time.monotonic()
                 try:
                     self._write(m)
@@ -493,18 +540,7 @@ class Pool:
         return 10 if any(m.state == STARTING for m in busy) or not self.members else 3 if busy else 5
 
     def _wait_healthy(self, m: Member, sites: list[str]) -> None:
-        inst = m.lab.running()
-
-        def check() -> tuple[bool, list[str]]:
-            bad = []
-            for s in sites:
-                ok, results = inst.probe(s)
-                if not ok:
-                    r = next(x for x in results if not x.ok)
-                    bad.append(f"{s}: probe '{r.name}' {r.detail or r.status}")
-            return not bad, bad
-
-        ok, bad = wait_for(check, timeout=self.health_timeout, cancel=self.stop_event)
+        ok, bad = wait_for(self._health_check(m, sites), timeout=self.health_timeout, cancel=self.stop_event)
         if not ok:
             raise EnvctlError(f"{m.name} is not healthy: {'; '.join(bad)}", "the pool heals failing sites; retry")
 
@@ -604,9 +640,7 @@ class Pool:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         # The table first, then memory: an acquirer never sees FREE before the engine does.
         try:
-            with m.lab.running().routing() as table:
-                table.lease = ({"pool": self.name, **m.lease, "state": BROKEN} if error
-                               else {"pool": self.name, "state": FREE})
+            self._store(m, {"pool": self.name, **m.lease, "state": BROKEN} if error else {"pool": self.name, "state": FREE})
         except EnvctlError as exc:
             self.log(f"pool {self.name}: could not record the state of {m.name}: {exc}")
             error = error or str(exc)
@@ -742,6 +776,224 @@ def _num(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
+# -- a lab is one pool: instances on the hosts of a cloud lab, reached through their reset servers --
+LAB_AUTH_NOTE = ("lab hosts run no browser, so a lab lease carries no login state: "
+                 "create it where the harness runs ('envctl login' against the lease's URLs)")
+
+
+class RemoteLab:
+    """One instance of a lab host, as a pool member (:class:`PoolLab`): its URLs are the ones the host
+    reported (its ``envctl env --format browsergym``), its reset is the host's reset server
+    (``GET <reset_url>/reset``, which answers when the reset has ended, then ``/status`` must say
+    ``Ready for duty!``). ``reset_url`` carries the lab's token: it never appears in messages."""
+
+    def __init__(self, host: str, instance: str, env: dict[str, str], reset_url: str, sites: list[str],
+                 catalog: Catalog, *, reset_timeout: float = 900.0) -> None:
+        self.host, self.instance, self.sites, self.catalog = host, instance, list(sites), catalog
+        self.bg_env = {k: str(v).rstrip("/") for k, v in env.items()}
+        self.reset_url = reset_url.rstrip("/")
+        self.reset_timeout = reset_timeout
+        self.auth_dir = Path(os.devnull)  # no login state (see LAB_AUTH_NOTE)
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}/{self.instance}"
+
+    def settings(self) -> InstanceSettings | None:
+        return None  # not on this engine
+
+    def running(self) -> Instance:
+        raise EnvctlError(f"{self.where} runs on lab host {self.host}, not on this Docker engine")
+
+    def env(self, benchmark: str = "webarena") -> dict[str, str]:
+        prefix = "WA_" if benchmark == "webarena" else "VWA_"
+        out = {k[len(prefix):]: v for k, v in self.bg_env.items() if k.startswith(prefix) and k != f"{prefix}FULL_RESET"}
+        if benchmark == "visualwebarena":
+            out["DATASET"] = "visualwebarena"
+        return out
+
+    def login(self, sites: list[str] | None = None, *, max_age: float | None = None) -> dict[str, Path]:
+        return {}
+
+    def up(self, sites: list[str] | None = None, *, flavor: str | None = None, port_offset: int | None = None,
+           login: bool = True, spares: int | None = None) -> Any:
+        raise EnvctlError(f"{self.where} is brought up by 'envctl cloud up', not by a lease server")
+
+    def _get(self, path: str, timeout: float) -> requests.Response:
+        return requests.get(f"{self.reset_url}{path}", timeout=(10, timeout))
+
+    def ready(self) -> str:
+        """'' when the host's reset server says ``Ready for duty!``, else what it says."""
+        try:
+            r = self._get("/status", 30)
+        except requests.RequestException as exc:
+            return f"the reset server of {self.where} did not answer ({type(exc).__name__})"
+        return "" if r.status_code == 200 and r.text.strip() == "Ready for duty!" else \
+            f"the reset server of {self.where} says {r.status_code} {r.text.strip()[:120]}"
+
+    def problems(self, sites: list[str]) -> list[str]:
+        """Why ``sites`` are not ready: the reset server not idle, or a site URL not answering."""
+        bad = [x for x in [self.ready()] if x]
+        for s in sites:
+            site = self.catalog.site(s)
+            keys = [f"WA_{k}" for k in site.env.get("webarena", {})] + [f"VWA_{k}" for k in site.env.get("visualwebarena", {})]
+            url = next((self.bg_env[k] for k in keys if k in self.bg_env), None)
+            if url is None:
+                bad.append(f"{s}: {self.where} reported no URL for it")
+                continue
+            try:
+                r = requests.get(url, timeout=10)
+                if r.status_code >= 500:
+                    bad.append(f"{s}: {url} answered {r.status_code}")
+            except requests.RequestException as exc:
+                bad.append(f"{s}: {url} did not answer ({type(exc).__name__})")
+        return bad
+
+    def reset(self, sites: list[str] | None = None, *, tier: str | None = None,
+              replenish_async: bool = False) -> list[ResetResult]:
+        """Reset the instance through its host's reset server (every site it runs; the host picks the
+        tier) and check it says ``Ready for duty!``; the results are the host's (``/status.json``)."""
+        t = time.monotonic()
+        deadline = t + self.reset_timeout
+        names = list(sites or self.sites)
+
+        def failed(error: str) -> list[ResetResult]:
+            return [ResetResult(s, False, tier or "remote", time.monotonic() - t, error=error) for s in names]
+
+        while True:
+            try:
+                r = self._get("/reset", self.reset_timeout)
+            except requests.RequestException as exc:
+                return failed(f"the reset server of {self.where} did not answer ({type(exc).__name__})")
+            if r.status_code == 200:
+                break
+            if r.status_code != 418 or time.monotonic() > deadline:
+                return failed(f"the reset server of {self.where} answered {r.status_code} {r.text.strip()[:120]}")
+            while time.monotonic() < deadline:  # another reset runs: let it end, then ours (it may predate a write)
+                try:
+                    if self._get("/status", 30).text.strip() != "Reset ongoing":
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(1)
+        error = self.ready()
+        if error:
+            return failed(error)
+        seconds = time.monotonic() - t
+        try:
+            last = self._get("/status.json", 60).json().get("last") or []
+            results = [ResetResult(str(d["site"]), bool(d["ok"]), str(d.get("tier") or "remote"), float(d["seconds"]),
+                                   error=str(d.get("error") or "")) for d in last if isinstance(d, dict)]
+        except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+            results = []
+        return results or [ResetResult(s, True, "remote", seconds) for s in names]
+
+
+class LabPool(Pool):
+    """One pool over every instance of a cloud lab (``envctl cloud serve --lab NAME``).
+
+    Members are :class:`RemoteLab` objects named ``<host>/<instance>``. Their lease records live in
+    ``state_file`` (JSON next to the lab's manifest, 0600, replaced atomically, read-modify-written
+    under an flock), not on the hosts: the lease server is the one writer, a restarted one reads
+    them back, and the hosts need no change. Sites are not healed from here (the hosts' own reset
+    servers recreate what a reset cannot verify); a member whose reset does not verify is ``broken``
+    and its reset is retried."""
+
+    def __init__(self, name: str, members: list[RemoteLab], state_file: Path, **kwargs: Any) -> None:
+        self.remotes = {r.where: r for r in members}
+        super().__init__(name, self.remotes.__getitem__, **kwargs)
+        self.state_file = state_file
+        self._file_lock = threading.Lock()
+
+    def member_names(self) -> list[str]:
+        return list(self.remotes)
+
+    def ensure(self) -> None:
+        self.load()  # the hosts' instances are brought up by 'envctl cloud up'
+
+    def _present(self, m: Member) -> bool:
+        return True
+
+    def _exists(self, m: Member) -> bool:
+        return True
+
+    # -- the state file ----------------------------------------------------------------------------
+    @contextmanager
+    def _records(self) -> Iterator[dict[str, Any]]:
+        """The file's ``members`` map, locked; written back (atomically, 0600) when the block ends."""
+        lock_path = self.state_file.with_name(self.state_file.name + ".lock")
+        with self._file_lock:
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    data = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+                except (OSError, ValueError) as exc:
+                    raise EnvctlError(f"cannot read the lease state {self.state_file}: {type(exc).__name__}",
+                                      "fix or remove the file (every lease of the lab is then forgotten)") from None
+                members = data.get("members") if isinstance(data, dict) else None
+                members = members if isinstance(members, dict) else {}
+                before = json.dumps(members, sort_keys=True)
+                yield members
+                if json.dumps(members, sort_keys=True) != before:
+                    write_private(self.state_file, json.dumps({"pool": self.name, "members": members},
+                                                              indent=1, sort_keys=True))
+            finally:
+                os.close(fd)
+
+    def _claim(self, m: Member) -> tuple[dict[str, Any], list[str]]:
+        with self._records() as members:
+            rec = members.get(m.name)
+            if not isinstance(rec, dict) or not rec:
+                rec = members[m.name] = {"pool": self.name, "state": FREE}
+            elif rec.get("pool") not in (None, self.name):
+                raise UsageError(f"instance '{m.name}' belongs to pool '{rec['pool']}'", "serve that pool")
+            return dict(rec), list(self.remotes[m.name].sites)
+
+    def _store(self, m: Member, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        with self._records() as members:
+            current = members.get(m.name)
+            if expect is not None and not expect(current if isinstance(current, dict) else {}):
+                raise Conflict(f"the lease record of {m.name} changed under us")
+            members[m.name] = record
+
+    # -- health, resets, views ---------------------------------------------------------------------
+    def _health_check(self, m: Member, sites: list[str]) -> Callable[[], tuple[bool, list[str]]]:
+        remote = self.remotes[m.name]
+
+        def check() -> tuple[bool, list[str]]:
+            bad = remote.problems(sites)
+            return not bad, bad
+
+        return check
+
+    def _probe(self, m: Member) -> None:
+        return None  # see the class docstring: no healing from the controller
+
+    def _replenish(self, m: Member) -> bool:
+        return False
+
+    def _auth(self, m: Member, sites: list[str]) -> dict[str, Any]:
+        return {}  # LAB_AUTH_NOTE
+
+    def _lease_of(self, m: Member, full_reset: Callable[[str], str] | None) -> Lease:
+        remote = self.remotes[m.name]
+        lease = super()._lease_of(m, lambda _id: remote.reset_url)  # BrowserGym resets through the host
+        lease.instance, lease.host, lease.auth_note = remote.instance, remote.host, LAB_AUTH_NOTE
+        lease.env["ENVCTL_INSTANCE"] = remote.instance
+        lease.env["ENVCTL_HOST"] = remote.host
+        return lease
+
+    def _row(self, m: Member) -> dict[str, Any]:
+        row = super()._row(m)
+        remote = self.remotes[m.name]
+        row.update({"instance": remote.instance, "host": remote.host, "member": m.name})
+        return row
+
+    def spares(self) -> dict[tuple[str, str], int]:
+        return {}
+
+
 def auth_dir(instance: str) -> Path:
     """Where a pool member's login state lives: ``<state dir>/leases/<instance>/auth`` (0700)."""
     d = lock_dir() / "leases" / validate_instance_name(instance) / "auth"
@@ -749,5 +1001,5 @@ def auth_dir(instance: str) -> Path:
     return d
 
 
-__all__ = ["Pool", "Lease", "Member", "NoFreeInstance", "NoSuchLease", "PoolLab", "auth_dir", "validate_ttl",
+__all__ = ["Pool", "LabPool", "RemoteLab", "LAB_AUTH_NOTE", "Lease", "Member", "NoFreeInstance", "NoSuchLease", "PoolLab", "auth_dir", "validate_ttl",
            "DEFAULT_TTL", "FREE", "LEASED", "RELEASING", "BROKEN", "STARTING"]

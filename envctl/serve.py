@@ -21,6 +21,9 @@ Leases (issue #16; with a pool, ``envctl serve --instances N``, see :mod:`envctl
   own sites (the lease's ``full_reset`` URL, its ``WA_FULL_RESET``);
 - ``GET /metrics``: Prometheus text (leases, resets by tier and latency, heals, spares).
 
+:func:`serve_pool` serves a pool with no instance of its own (a cloud lab's, ``envctl cloud serve``):
+the lease endpoints and ``/metrics`` only.
+
 Access control (issue #14: a reset must not be triggerable by whoever reaches the port, nor by a
 page the agent's own browser opens):
 
@@ -174,10 +177,11 @@ def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, s
                 heal_after=heal_after, base_offset=base_offset, log=say or _stderr)
 
 
-def make_handler(service: ResetService, token: str | None, *, loopback: bool = True,
+def make_handler(service: ResetService | None, token: str | None, *, loopback: bool = True,
                  pool: Pool | None = None) -> type[BaseHTTPRequestHandler]:
     """The request handler; ``token`` None = no token (only allowed on a loopback bind); ``pool``
-    adds the lease endpoints and ``/metrics``."""
+    adds the lease endpoints and ``/metrics``. Without ``service`` (a lab's lease server, which has no
+    instance of its own) ``/reset``, ``/status`` and ``POST /reset/SITE`` answer 404."""
     secret = token.encode() if token else None
 
     class Handler(BaseHTTPRequestHandler):
@@ -264,7 +268,12 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
             path = self._allowed("GET")
             if path is None:
                 return
-            if path == "/reset":
+            if pool is not None and (path == "/metrics" or path == "/leases" or path.startswith("/leases/")):
+                self._leases("GET", path)
+            elif service is None:
+                self._send(404, "not found: this lease server has no instance of its own; reset a lease "
+                                "through its full_reset URL")
+            elif path == "/reset":
                 if service.start_full_reset():
                     if parse_qs(urlparse(self.path).query).get("wait", ["1"])[0] != "0":
                         service.done.wait(FULL_RESET_WAIT)  # the reset itself is bounded by the sites' deadlines
@@ -278,8 +287,6 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
                     self._send(500, service.error)
                 else:
                     self._send(200, "Ready for duty!")
-            elif pool is not None and (path == "/metrics" or path == "/leases" or path.startswith("/leases/")):
-                self._leases("GET", path)
             elif path == "/status.json":
                 st = service.lab.status()
                 self._send(200, json.dumps({"running": service.running, "error": service.error, "last": service.last,
@@ -291,7 +298,7 @@ def make_handler(service: ResetService, token: str | None, *, loopback: bool = T
             path = self._allowed("POST")
             if path is None:
                 return
-            if path.startswith("/reset/"):
+            if path.startswith("/reset/") and service is not None:
                 site = path.split("/", 2)[2]
                 try:
                     results = service.lab.reset([site])
@@ -407,6 +414,24 @@ def serve(lab: "Lab", host: str = "127.0.0.1", port: int = 7565, token: str | No
     result carries ``url`` (with the token path; what WA_FULL_RESET is set to), ``token`` and
     ``token_file``. With ``pool`` it also hands out leases (start the pool with ``pool.start()``)."""
     validate_instance_name(lab.instance)
+    settings = lab.settings()
+    return _bind(lab.instance, ResetService(lab), host, port, token, say, pool,
+                 settings.public_host if settings else None, ready)
+
+
+def serve_pool(name: str, pool: Pool, host: str = "127.0.0.1", port: int = 7565, token: str | None = None,
+               ready: threading.Event | None = None, say: Callable[[str], None] = _stderr) -> ThreadingHTTPServer:
+    """A lease server with no instance of its own (a cloud lab's pool, :class:`envctl.leases.LabPool`):
+    the lease endpoints and ``/metrics`` only. Recorded under ``name`` (the lab), so
+    ``envctl lease acquire --instance <lab>`` finds it; its token, when it has one, in
+    ``<state dir>/serve-<lab>.token``."""
+    validate_instance_name(name)
+    return _bind(name, None, host, port, token, say, pool, None, ready)
+
+
+def _bind(name: str, service: ResetService | None, host: str, port: int, token: str | None,
+          say: Callable[[str], None], pool: Pool | None, public_host: str | None,
+          ready: threading.Event | None) -> ThreadingHTTPServer:
     if host:
         validate_host(host, "--bind")
     if not 0 <= int(port) <= 65535:
@@ -414,24 +439,26 @@ def serve(lab: "Lab", host: str = "127.0.0.1", port: int = 7565, token: str | No
     loopback = is_loopback(host)
     path: Path | None = None
     if token or not loopback:
-        generated = not token and not token_file(lab.instance).exists()
-        token, path = server_token(lab.instance, token)
+        generated = not token and not token_file(name).exists()
+        token, path = server_token(name, token)
         if generated:
             say(f"reset server token generated and stored in {path} (mode 0600); "
                 "'envctl env --format browsergym' gives the WA_FULL_RESET URL that carries it")
         else:
             say(f"reset server token: {path}")
-    server = ThreadingHTTPServer((host, port), make_handler(ResetService(lab), token, loopback=loopback,
-                                                               pool=pool))
+    try:
+        server = ThreadingHTTPServer((host, port), make_handler(service, token, loopback=loopback, pool=pool))
+    except OSError as exc:
+        raise EnvctlError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         "pick a free port with --port, or stop what listens there") from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    settings = lab.settings()
-    if settings and host in ("0.0.0.0", ""):
-        shown = settings.public_host
+    if public_host and host in ("0.0.0.0", ""):
+        shown = public_host
     if ":" in shown:
         shown = f"[{shown}]"
     url = f"http://{shown}:{server.server_address[1]}"
     record = {"pid": os.getpid(), "url": url, "token_file": str(path) if path else None}
-    write_private(_record(lab.instance), json.dumps(record))
+    write_private(_record(name), json.dumps(record))
     server.url = f"{url}/{token}" if token else url  # type: ignore[attr-defined]
     server.token = token  # type: ignore[attr-defined]
     server.token_file = path  # type: ignore[attr-defined]

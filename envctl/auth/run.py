@@ -18,7 +18,7 @@ from typing import Any, Coroutine, Iterable, TypeVar
 import envctl.auth.files as files
 import envctl.auth.flows as flows
 import envctl.auth.headers as headers
-from envctl.auth.browser import launch
+from envctl.auth.browser import async_playwright, launch
 from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.errors import AuthError, SiteDown, StateRejected
 from envctl.catalog import Catalog, Deployment
@@ -114,7 +114,6 @@ def _specs(target: Target, combo: Iterable[str]) -> list[ProbeSpec]:
 
 async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: float | None, parallel: int,
                      timeout_ms: float) -> list[FileResult]:
-    from playwright.async_api import async_playwright
 
     sites = sorted({s for c in combos for s in c})
     health = dict(zip(sites, await asyncio.gather(*(asyncio.to_thread(_health, target, s) for s in sites))))
@@ -175,7 +174,6 @@ async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: 
 
 
 async def _check_all(target: Target, names: list[str], timeout_ms: float) -> list[FileResult]:
-    from playwright.async_api import async_playwright
 
     async def one(browser: Any, name: str) -> FileResult:
         combo = files.combo_of(name)

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import requests
 
 from envctl.auth import Target, login_sites
-from envctl.errors import EnvctlError, ResetFailed, SiteNotUp, UsageError
+from envctl.errors import EnvctlError, NoBrowser, ResetFailed, SiteNotUp, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint, diff, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
@@ -66,6 +66,7 @@ class ResetResult:
     phases: dict[str, float] = field(default_factory=dict)
     escalations: list[str] = field(default_factory=list)
     error: str = ""
+    note: str = ""  # e.g. login files not renewed on a machine without a browser
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -210,8 +211,11 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
             staged = logins.staged(site, copy.slot)
             staged.mkdir(parents=True, exist_ok=True, mode=0o700)
             if inst.catalog.site(site).login:
-                login(inst, logins, [site], out_dir=staged,
-                      headers=inst.backend_header(copy, inst.catalog.site(site).entry))
+                try:
+                    login(inst, logins, [site], out_dir=staged,
+                          headers=inst.backend_header(copy, inst.catalog.site(site).entry))
+                except NoBrowser:
+                    pass  # a machine without a browser (a lab host): the spare is pristine, without login files
             with inst.routing() as table:
                 table.spares.setdefault(site, []).append(copy.slot)
             progress(site, "spare", f"spare {copy.slot} ready")
@@ -395,7 +399,10 @@ def restore(inst: Instance, logins: Logins, site: str, images: dict[str, str], l
             with inst.routing() as table:
                 inst.route(table, copy)
             cleanup_strays(inst, logins, site)
-        login(inst, logins, [site])
+        try:
+            login(inst, logins, [site])
+        except NoBrowser:
+            pass  # a machine without a browser (a lab host): nothing to renew here
     return copy
 
 
@@ -448,18 +455,22 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                     progress(site, "escalate", f"{t} did not verify ({why}); escalating")
                     continue
                 tl = time.monotonic()
+                note = ""
                 # New copies and restored databases need new login state (pre-made for spares); the
                 # endpoint restores listings, not sessions, and 'none' changes nothing, so their login
                 # files stay valid.
                 if (t in ("recreate", "inplace") or (t == "spare" and not _install_staged(logins, site, copy.slot))) \
                         and not defer_login:
-                    login(inst, logins, [site])
+                    try:
+                        login(inst, logins, [site])
+                    except NoBrowser as exc:  # a lab host: the site is pristine, its login files not renewed
+                        note = f"login files not renewed: {str(exc).splitlines()[0]}"
                 phases["login"] = time.monotonic() - tl
                 if replenish_async:
                     spawn_replenish(inst, logins, [site])
                 elif dirty:
                     cleanup_strays(inst, logins, site)
-                return ResetResult(site, True, t, time.monotonic() - start, phases, escalations)
+                return ResetResult(site, True, t, time.monotonic() - start, phases, escalations, note=note)
             except EnvctlError as exc:
                 escalations.append(f"{t}: {exc}")
                 progress(site, "escalate", f"{t} failed: {str(exc).splitlines()[0]}")

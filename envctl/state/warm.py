@@ -34,7 +34,7 @@ import requests
 
 from envctl.auth.check import ProbeSpec
 from envctl.auth.files import combo_of
-from envctl.errors import EnvctlError, ResetFailed
+from envctl.errors import EnvctlError, NoBrowser, ResetFailed
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import WARM_ROLE, Instance
@@ -132,8 +132,11 @@ def restore_logins(inst: Instance, logins: Logins, site: str, name: str) -> str:
         else:
             bad.append(f.name)
     if bad:
-        resets.login(inst, logins, [site])
-        action = "renewed"
+        try:
+            resets.login(inst, logins, [site])
+            action = "renewed"
+        except NoBrowser:
+            action = "not renewed: no browser on this machine"
     return action
 
 
