@@ -889,7 +889,8 @@ def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir
     lab = ctx.lab(instance, auth_dir)
     for site in site_names:
         t = _t.monotonic()
-        slots = lab.replenish(site, progress=lambda s, p, d: click.echo(f"[{s}] {p}: {d}"))
+        # another replenisher at work is doing the job: return at once
+        slots = lab.replenish(site, progress=lambda s, p, d: click.echo(f"[{s}] {p}: {d}"), wait=False)
         click.echo(f"[{site}] replenished {len(slots)} spare(s) in {_t.monotonic() - t:.1f}s")
 
 

@@ -486,9 +486,12 @@ class Lab:
     def verify(self, site: str) -> VerifyResult:
         return resets.verify(self.running(), site)
 
-    def replenish(self, site: str, want: int | None = None, progress: Progress = _noop) -> list[str]:
+    def replenish(self, site: str, want: int | None = None, progress: Progress = _noop, *,
+                  wait: bool = True) -> list[str]:
+        """Boot spares of ``site`` until ``want`` (default: the instance's setting) are ready; returns the
+        slots booted. A background replenisher already at work is waited for (``wait=False``: return at once)."""
         self.catalog.site(site)
-        return resets.replenish(self.running(), self.logins, site, want, progress)
+        return resets.replenish(self.running(), self.logins, site, want, progress, wait=wait)
 
     def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop, *, warm: bool = False,
                         clean_stop: bool = False) -> SnapshotResult:

@@ -187,16 +187,18 @@ def cleanup_strays(inst: Instance, logins: Logins, site: str) -> list[str]:
 
 
 def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None,
-              progress: Progress = _noop) -> list[str]:
+              progress: Progress = _noop, *, wait: bool = False) -> list[str]:
     """Remove dirty copies and boot spares until ``want`` (default: the instance's setting) are ready.
 
-    Holds the site's spare lock; if another process holds it, returns at once (it is doing the job).
+    Holds the site's spare lock. If another process holds it (a background replenisher) this returns
+    at once (it is doing the job), or, with ``wait``, waits for it and then makes its own pass, so that
+    on return the spares are ready and no stray copy is left.
     """
     if want is not None:  # an explicit number is the new setting: background refills keep it
         with inst.routing() as table:
             table.wanted[site] = want
     try:
-        ctx = locked(f"spare.{inst.name}.{site}", wait=False)
+        ctx = locked(f"spare.{inst.name}.{site}", wait=wait, timeout=inst.catalog.site(site).health.timeout * 4)
         ctx.__enter__()
     except EnvctlError:
         return []
