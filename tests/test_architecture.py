@@ -1,5 +1,5 @@
-"""The package's shape (DESIGN.md, "Layers"): imports run down the layers, never in a circle, and
-only the Docker backend module talks to the engine."""
+"""The package's shape (docs/architecture.md, "Layers"): imports run down the layers, never in a circle,
+only the Docker backend module talks to the engine, and only the cloud package talks to AWS and Ansible."""
 from __future__ import annotations
 
 import ast
@@ -14,10 +14,11 @@ PKG = Path(__file__).resolve().parents[1] / "envctl"
 LAYERS: list[tuple[str, ...]] = [
     ("envctl.errors", "envctl.paths", "envctl.validate", "envctl.secrets"),
     ("envctl.catalog", "envctl.locks"),
-    ("envctl.healthchecks", "envctl.images", "envctl.provision", "envctl.plan"),
+    ("envctl.healthchecks", "envctl.images", "envctl.provision", "envctl.plan"),  # provision: the local engine
     ("envctl.instance",),
     ("envctl.state", "envctl.auth", "envctl.smoke"),
-    ("envctl.lab", "envctl.cloud", "envctl.leases"),
+    ("envctl.lab", "envctl.leases"),  # the local facades
+    ("envctl.cloud",),  # cloud labs (EC2, Ansible, host clusters): beside the local facades, which never import it
     ("envctl.serve", "envctl.envformat", "envctl.doctor", "envctl.render", "envctl.playbooks"),
     ("envctl.cli", "envctl.__main__", "envctl"),
 ]
@@ -39,7 +40,7 @@ def _layer(module: str) -> int:
         for p in prefixes:
             if (module == p or (p != "envctl" and module.startswith(p + "."))) and len(p) > best:
                 best, rank = len(p), i
-    assert best >= 0, f"{module} is in no layer: add it to LAYERS (and DESIGN.md)"
+    assert best >= 0, f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)"
     return rank
 
 
@@ -147,3 +148,38 @@ def test_the_cli_calls_the_library_facades_only() -> None:
     used = _imports(mods["envctl.cli"], set(mods))
     internal = sorted(m for m in used if m not in CLI_MAY_IMPORT and not any(m == f"{p}.__init__" for p in CLI_MAY_IMPORT))
     assert not internal, f"envctl/cli.py imports library internals: {internal}"
+
+
+CLOUD_LIBRARIES = ("boto3", "botocore", "ansible_runner")
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_provision_is_the_local_engine_only() -> None:
+    """No cloud module under envctl/provision: nothing there talks to AWS or Ansible, or imports envctl.cloud."""
+    mods = _modules()
+    provision = {m: p for m, p in mods.items() if m == "envctl.provision" or m.startswith("envctl.provision.")}
+    assert "envctl.provision.docker" in provision
+    bad = sorted(f"{m} imports {lib}" for m, p in provision.items()
+                 for lib in _third_party_imports(p) & set(CLOUD_LIBRARIES))
+    bad += sorted(f"{m} imports {d}" for m, p in provision.items() for d in _imports(p, set(mods))
+                  if d == "envctl.cloud" or d.startswith("envctl.cloud."))
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_cloud_package_talks_to_aws_and_ansible() -> None:
+    bad = sorted(f"{m} imports {lib}" for m, p in _modules().items()
+                 if not (m == "envctl.cloud" or m.startswith("envctl.cloud."))
+                 for lib in _third_party_imports(p) & set(CLOUD_LIBRARIES))
+    assert not bad, "\n".join(bad) + "\ngo through envctl.cloud (aws.py for boto3, ansible.py for ansible-runner)"
+    users = {lib for m, p in _modules().items() if m.startswith("envctl.cloud.") for lib in _third_party_imports(p)}
+    assert {"boto3", "ansible_runner"} <= users  # the check above looks for the right names

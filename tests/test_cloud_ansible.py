@@ -19,9 +19,9 @@ import pytest
 import requests
 
 from conftest import TEST_LABEL, free_port
-from envctl.provision import lab
-from envctl.provision.ansible import InventoryHost, PlayEvent
-from envctl.provision.package import ControllerPackage, controller_wheel
+from envctl.cloud import hosts as lab
+from envctl.cloud.ansible import InventoryHost, PlayEvent
+from envctl.cloud.package import ControllerPackage, controller_wheel
 
 HOSTS_DIR = Path(__file__).with_name("hosts")
 HOST_IMAGE = "envctl-test/ssh-host:1"
@@ -118,7 +118,7 @@ def test_playbook_prepares_hosts_idempotently_and_isolates_a_failing_host(ssh_ho
     for i, h in enumerate(ssh_hosts):
         assert first.collected[f"host{i}"]["version"] == version
         out = h.ssh("/opt/envctl/venv/bin/python", "-c",
-                    "import importlib.metadata as m, envctl.provision.lab; print(m.version('envctl'))")
+                    "import importlib.metadata as m, envctl.cloud.hosts; print(m.version('envctl'))")
         assert out.returncode == 0 and out.stdout.strip() == version, out.stderr
         link = h.ssh("readlink", "/usr/local/bin/envctl")
         assert link.stdout.strip() == "/opt/envctl/venv/bin/envctl"
@@ -343,8 +343,8 @@ import json, sys
 from dataclasses import replace
 from pathlib import Path
 import envctl
-from envctl.provision import lab, package as pk
-from envctl.provision.ansible import InventoryHost
+from envctl.cloud import hosts as lab, package as pk
+from envctl.cloud.ansible import InventoryHost
 assert pk.source_root() is None, envctl.__file__
 one = pk.controller_wheel(Path(sys.argv[1]) / "a")
 two = pk.controller_wheel(Path(sys.argv[1]) / "b")

@@ -12,9 +12,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from envctl.errors import CloudError, UsageError
-from envctl.provision import ec2 as e
-from envctl.provision import lab
-from envctl.provision.aws import AwsCallFailed, aws_call, ec2_client
+from envctl.cloud import ec2 as e
+from envctl.cloud import hosts as lab
+from envctl.cloud.aws import AwsCallFailed, aws_call, ec2_client
 
 REGION = "us-east-2"
 

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from envctl import cloud
-from envctl.provision import lab
-from envctl.provision.ansible import InventoryHost
+from envctl.cloud import hosts as lab
+from envctl.cloud.ansible import InventoryHost
 from envctl.serve import serve_pool
 from test_cloud_ansible import SshHost, data_dir, package, ssh_hosts  # noqa: F401 - fixtures
 from test_leases import post_on_reddit

@@ -179,7 +179,7 @@ def test_cidr_world_check_matches_address_counting(cidrs):
 
 
 def test_ec2_spec_uses_the_cidr_check():
-    from envctl.provision.ec2 import Ec2LabSpec
+    from envctl.cloud.ec2 import Ec2LabSpec
 
     spec = Ec2LabSpec(lab="lab-a", region="us-east-2", allow_cidrs=("0.0.0.0/1", "128.0.0.0/1"), owner="t")
     with pytest.raises(UsageError, match="--allow-world"):

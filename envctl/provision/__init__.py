@@ -1,1 +1,1 @@
-"""Backends that run containers: the local Docker engine here, EC2 hosts in ``ec2``/``lab``."""
+"""The local engine: Docker containers, the proxy, ports and instance settings. Cloud labs are in :mod:`envctl.cloud`."""

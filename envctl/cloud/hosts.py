@@ -37,10 +37,10 @@ import requests
 from envctl.errors import CloudError, UsageError
 from envctl.locks import write_private
 from envctl.paths import data_root as data_dir
-from envctl.provision import ec2 as ec2mod
-from envctl.provision.ansible import InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
-from envctl.provision.aws import ec2_client
-from envctl.provision.package import ControllerPackage, controller_wheel
+import envctl.cloud.ec2 as ec2mod
+from envctl.cloud.ansible import InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
+from envctl.cloud.aws import ec2_client
+from envctl.cloud.package import ControllerPackage, controller_wheel
 from envctl.validate import validate_host, validate_instance_name, validate_lab_name, validate_port_offset
 
 Progress = Callable[[str], None]

@@ -1,7 +1,7 @@
 """Cloud labs: many hosts (EC2 through boto3, or SSH hosts from an inventory), each running envctl.
 
-The public face of :mod:`envctl.provision.lab` (manifests, Ansible plays) and
-:mod:`envctl.provision.ec2` (AWS), used by ``envctl cloud`` and by harnesses::
+The public face of :mod:`envctl.cloud.hosts` (manifests, Ansible plays) and
+:mod:`envctl.cloud.ec2` (AWS), used by ``envctl cloud`` and by harnesses::
 
     from envctl import cloud
     manifest, play = cloud.up("eval1", hosts=4, region="us-east-2", allow_cidrs=["203.0.113.7/32"])
@@ -17,9 +17,9 @@ from envctl.errors import CloudError, UsageError
 from envctl.leases import LabPool, RemoteLab
 from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
                              validate_lab_name)
-from envctl.provision import ec2 as ec2mod
-from envctl.provision import lab as labmod
-from envctl.provision.lab import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
+import envctl.cloud.ec2 as ec2mod
+import envctl.cloud.hosts as labmod
+from envctl.cloud.hosts import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
 
 __all__ = ["up", "status", "env", "reset", "down", "pool", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
 

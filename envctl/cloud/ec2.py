@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from envctl.errors import CloudError, UsageError
-from envctl.provision.aws import aws_call
+from envctl.cloud.aws import aws_call
 from envctl.validate import validate_allowed_cidrs, validate_lab_name, validate_port
 
 TAG_LAB, TAG_TTL, TAG_OWNER, TAG_CREATED_BY = "envctl:lab", "envctl:ttl", "envctl:owner", "envctl:created-by"
