@@ -17,8 +17,10 @@ Example::
 """
 from __future__ import annotations
 
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from envctl.errors import CatalogError, UnknownSite, UsageError
 from envctl.secrets import mask_data, mask_text
+from envctl.validate import PATH_MAX, validate_relative_path, validate_site_name
 
 BUILTIN = Path(__file__).with_name("sites.yaml")
 Benchmark = Literal["webarena", "visualwebarena"]
@@ -36,7 +39,27 @@ Tier = Literal["spare", "inplace", "endpoint", "recreate", "none"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/nan anywhere; load_catalog validates in strict mode (no "7770" for 7770, no true for 1).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _rel(value: str, what: str, under: str = "the data directory") -> str:
+    """``validate_relative_path`` for a model validator (which reports ValueErrors with the field's path)."""
+    try:
+        return validate_relative_path(value, what, under=under)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _names(value: dict[str, Any], what: str) -> dict[str, Any]:
+    """The keys of a {name: ...} mapping checked with ``validate_site_name`` (they become container
+    names, labels and file names)."""
+    for name in value:
+        try:
+            validate_site_name(name, what)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+    return value
 
 
 def dependency_order(names: list[str], deps: Callable[[str], Iterable[str]]) -> list[str]:
@@ -69,6 +92,31 @@ class Volume(_Model):
     target: str
     read_only: bool = False
 
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v.startswith("{data_dir}"):
+            rest = v[len("{data_dir}"):]
+            if not rest.startswith("/") or "{" in rest:
+                raise ValueError(f"volume source {v!r}: expected {{data_dir}}/<path> or a Docker volume name")
+            _rel(rest[1:], "volume source")
+            if "," in rest or ":" in rest:
+                raise ValueError(f"volume source {v!r}: ',' and ':' are not allowed (Docker's mount syntax)")
+            return v
+        if len(v) > 128 or not _VOLUME_NAME.match(v):
+            raise ValueError(f"volume source {v!r}: expected {{data_dir}}/<path> or a Docker volume name "
+                             "(no host paths)")
+        return v
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if not v.startswith("/") or len(v) > PATH_MAX or ".." in v.split("/") or any(c in v for c in ",:\0") \
+                or not v.isprintable():
+            raise ValueError(f"volume target {v!r}: expected an absolute path in the container, without '..', "
+                             "',' or ':'")
+        return v
+
 
 class Source(_Model):
     kind: Literal["registry", "http", "gdrive", "s3"]
@@ -86,8 +134,9 @@ def _check_target(target: str) -> str:
         parts = [p for p in rest.split("/") if p]
         if not rest.startswith("/") or not parts or ".." in parts or "{" in rest:
             raise ValueError(f"extract target {target!r}: expected {{data_dir}}/<path> without '..'")
+        _rel(rest[1:], "extract target")
         return target
-    if "/" in target or not _VOLUME_NAME.match(target):
+    if "/" in target or len(target) > 128 or not _VOLUME_NAME.match(target):
         raise ValueError(f"extract target {target!r}: expected {{data_dir}}/<path> or a Docker volume name")
     if "{instance}" not in target or target.replace("{instance}", "").count("{"):
         raise ValueError(f"extract target {target!r}: a volume must be instance-scoped, e.g. '{{instance}}-osm-data'")
@@ -115,6 +164,8 @@ class Extract(_Model):
             raise ValueError("strip: expected a number of leading path components (>= 0) or a path prefix")
         if isinstance(v, str) and (v.startswith("/") or ".." in v.split("/")):
             raise ValueError(f"strip {v!r}: expected a relative path prefix without '..'")
+        if isinstance(v, str) and v:
+            _rel(v, "strip", "the archive")
         return v
 
     @field_validator("destination")
@@ -127,6 +178,8 @@ class Extract(_Model):
         for prefix, target in v.items():
             if prefix.startswith("/") or ".." in prefix.split("/"):
                 raise ValueError(f"destination prefix {prefix!r}: expected a relative path without '..'")
+            if prefix:
+                _rel(prefix, "destination prefix", "the archive")
             _check_target(target)
         return v
 
@@ -146,6 +199,19 @@ class Artifact(_Model):
     sources: tuple[Source, ...] = ()
     note: str | None = None
     extract: Extract | None = None  # data archives: unpacked after download and verification
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:  # the archive's file name in the downloads directory
+        _rel(v, "artifact name", "the downloads directory")
+        if "/" in v or "\\" in v or v.startswith("."):
+            raise ValueError(f"artifact name {v!r}: expected a file name (no '/', not starting with '.')")
+        return v
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str | None) -> str | None:  # joined onto the data directory
+        return None if v is None else _rel(v, "dest")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Artifact":
@@ -174,6 +240,11 @@ class ServiceFlavor(_Model):
     volumes: tuple[Volume, ...] = ()
     memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmg]$")
 
+    @field_validator("build")
+    @classmethod
+    def _build(cls, v: str | None) -> str | None:  # joined onto envctl/images/mini
+        return None if v is None else _rel(v, "build", "envctl/images/mini")
+
 
 class Service(_Model):
     ports: Ports | None = None
@@ -185,7 +256,7 @@ class Service(_Model):
     user: str | None = None
     tmpfs: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # network aliases on the site's private network
-    stop_timeout: int = Field(default=30, ge=1)
+    stop_timeout: int = Field(default=30, ge=1, le=3600)
     # argv run inside the container before 'docker stop' (GitLab: 'gitlab-ctl stop', since PID 1
     # runsvdir does not stop PostgreSQL cleanly on SIGTERM).
     stop: tuple[str, ...] | None = None
@@ -195,6 +266,11 @@ class Service(_Model):
     ready: tuple[str, ...] | None = None
     # A service without an entry for a flavor does not exist in that flavor.
     flavors: dict[str, ServiceFlavor]
+
+    @field_validator("flavors")
+    @classmethod
+    def _flavor_names(cls, v: dict[str, ServiceFlavor]) -> dict[str, ServiceFlavor]:
+        return _names(v, "flavor name")
 
 
 class Flavor(_Model):
@@ -262,7 +338,7 @@ class Probe(_Model):
 
 
 class Health(_Model):
-    timeout: float = Field(default=120, gt=0)  # seconds, full flavor
+    timeout: float = Field(default=120, gt=0, le=86400)  # seconds, full flavor
     probes: tuple[Probe, ...] = Field(min_length=1)
 
 
@@ -310,6 +386,16 @@ class Site(_Model):
     reset: Reset
     url_path: str = ""  # appended to the public URL for humans (e.g. /forums/all)
     notes: tuple[str, ...] = ()
+
+    @field_validator("services")
+    @classmethod
+    def _service_names(cls, v: dict[str, Service]) -> dict[str, Service]:
+        return _names(v, "service name")
+
+    @field_validator("flavors")
+    @classmethod
+    def _flavor_names(cls, v: dict[str, Flavor]) -> dict[str, Flavor]:
+        return _names(v, "flavor name")
 
     @model_validator(mode="after")
     def _refs(self) -> "Site":
@@ -388,10 +474,23 @@ class Catalog(_Model):
     reset_server: ResetServer = ResetServer()
     sites: dict[str, Site] = Field(min_length=1)
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # YAML's true is an int (== 1) in Python
+            raise ValueError(f"expected 1 (got {v!r})")
+        return v
+
+    @field_validator("sites")
+    @classmethod
+    def _site_names(cls, v: dict[str, Site]) -> dict[str, Site]:
+        return _names(v, "site name")
+
     @model_validator(mode="after")
     def _cross(self) -> "Catalog":
         problems = []
-        seen: dict[int, str] = {}
+        # 'envctl serve' listens on reset_server.port by default: no site may publish it too.
+        seen: dict[int, str] = {self.reset_server.port: "reset_server.port"}
         for name, site in self.sites.items():
             for dep in site.depends_on:
                 if dep not in self.sites:
@@ -518,7 +617,7 @@ def _describe(err: dict[str, Any]) -> str:
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
     got = err.get("input")
-    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    shown = _short(got) if not isinstance(got, (dict, list, tuple)) else "list" if isinstance(got, (list, tuple)) else "mapping"
     return f"{msg[:1].lower()}{msg[1:]} (got {shown})"  # only the first letter: 'GET' stays 'GET'
 
 
@@ -573,30 +672,187 @@ def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
-def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
-    """Load and validate a catalog: ``path``, else ``$ENVCTL_CATALOG``, else the built-in one."""
-    p = Path(path or os.environ.get("ENVCTL_CATALOG") or BUILTIN)
+CATALOG_MAX_BYTES = 4 * 1024 * 1024  # the built-in catalog is ~40 KB
+CATALOG_MAX_DEPTH = 64  # nesting of mappings and lists (the built-in catalog: 9)
+CATALOG_MAX_NODES = 200_000  # values after YAML aliases are expanded (the built-in catalog: a few thousand)
+
+
+class _CatalogLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: a site defined twice would replace the first) and nesting deeper than
+    :data:`CATALOG_MAX_DEPTH` (before PyYAML's recursive composer could hit Python's recursion limit)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent):
+            self._depth += 1
+            try:
+                if self._depth > CATALOG_MAX_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested deeper than {CATALOG_MAX_DEPTH} levels", self.peek_event().start_mark)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<' merges: explicit keys override merged ones, as YAML says
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {_short(key)} (first given on line {first.line + 1}); "
+                        "remove one of them", key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: one line, whatever the value holds."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _one_line(text: str) -> str:
+    """Control characters (a newline in a YAML key or value quoted into a message) escaped."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def _read_catalog(p: Path) -> str:
+    """The catalog's text, or CatalogError naming the path: a missing, unreadable or oversized file,
+    a directory or a FIFO (never opened, so it cannot hang) or device, text that is not UTF-8."""
+    where = _one_line(str(p))
+
+    def fail(problem: str) -> CatalogError:
+        return CatalogError(where, [problem])
+
     try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise CatalogError(str(p), ["file not found"]) from None
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        raise fail("file not found") from None
+    except PermissionError:
+        raise fail("cannot be read (permission denied)") from None
+    except ValueError:  # a NUL in the path
+        raise fail("the path contains a NUL byte") from None
+    except OSError as exc:
+        raise fail(f"cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise fail("is a directory; give the catalog's YAML file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise fail(f"is {kind}, not a regular file; give the catalog's YAML file")
+    if st.st_size > CATALOG_MAX_BYTES:
+        raise fail(f"is {st.st_size} bytes, larger than the {CATALOG_MAX_BYTES // (1024 * 1024)} MiB limit")
+    try:  # O_NONBLOCK: were it swapped for a FIFO since the stat, the open still returns at once
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except PermissionError:
+        raise fail("cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise fail(f"cannot be read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise fail("is not a regular file; give the catalog's YAML file")
+        try:
+            data = fh.read(CATALOG_MAX_BYTES + 1)
+        except OSError as exc:
+            raise fail(f"cannot be read ({exc.strerror or exc})") from None
+    if len(data) > CATALOG_MAX_BYTES:
+        raise fail(f"is larger than the {CATALOG_MAX_BYTES // (1024 * 1024)} MiB limit")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(f"byte {exc.start}: not UTF-8 text") from None
+
+
+def _shape_problems(raw: Any) -> list[str]:
+    """What no model field may hold, found anywhere in the loaded YAML: NUL bytes in strings (keys
+    too), non-finite numbers, nesting deeper than CATALOG_MAX_DEPTH or more than CATALOG_MAX_NODES
+    values once aliases are expanded (a self-referencing alias is infinitely deep). Iterative, so a
+    hostile file cannot exhaust the stack."""
+    problems: list[str] = []
+    count = 0
+    stack: list[tuple[str, Any, int]] = [("", raw, 0)]
+    while stack:
+        where, value, depth = stack.pop()
+        count += 1
+        if count > CATALOG_MAX_NODES:
+            return [f"more than {CATALOG_MAX_NODES} values (YAML aliases expanded); a catalog is far smaller"]
+        if depth > CATALOG_MAX_DEPTH:
+            return [f"{where or 'top level'}: nested deeper than {CATALOG_MAX_DEPTH} levels"]
+        if isinstance(value, str) and "\0" in value:
+            problems.append(f"{where or 'top level'}: contains a NUL byte")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{where or 'top level'}: {value!r} is not a finite number")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str) and "\0" in k:
+                    problems.append(f"{where or 'top level'}: key {_short(k)} contains a NUL byte")
+                stack.append((f"{where}.{k}" if where else str(k), v, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value))
+    return [_one_line(p) for p in problems]
+
+
+def _tuples(value: Any) -> Any:
+    """YAML lists as tuples, so strict validation accepts them for the models' tuple fields."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    return value
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """Load and validate a catalog: ``path``, else ``$ENVCTL_CATALOG``, else the built-in one.
+
+    Every refusal is a :class:`CatalogError` of one line per problem naming the file (and the path
+    inside it): duplicate keys, NUL bytes, inf/nan, a string or boolean where a number is expected
+    (validation is strict: no undocumented coercion), absolute or '..' paths, bad site and service
+    names, two listeners on one public port, too deep, too large, not a regular file."""
+    p = Path(path or os.environ.get("ENVCTL_CATALOG") or BUILTIN)
+    where = _one_line(str(p))
+    text = _read_catalog(p)
+    try:
+        raw = yaml.load(text, Loader=_CatalogLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = exc.problem or "unknown problem"
+        if isinstance(exc, (yaml.constructor.ConstructorError, yaml.composer.ComposerError)) and (
+                problem.startswith(("duplicate key", "nested deeper"))):
+            raise CatalogError(where, [_one_line(f"{at}{problem}")]) from None
+        raise CatalogError(where, [_one_line(f"{at}not valid YAML ({problem})")]) from None
+    except yaml.reader.ReaderError as exc:
+        raise CatalogError(where, [_one_line(f"character {exc.position}: not valid YAML "
+                                             f"(unacceptable character {exc.character!r})")]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise CatalogError(str(p), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+        raise CatalogError(where, [_one_line(f"not valid YAML ({exc})")]) from None
+    except RecursionError:
+        raise CatalogError(where, [f"nested deeper than {CATALOG_MAX_DEPTH} levels"]) from None
     if not isinstance(raw, dict):
-        raise CatalogError(str(p), ["top level must be a mapping with 'version' and 'sites'"])
+        raise CatalogError(where, ["top level must be a mapping with 'version' and 'sites'"])
+    shape = _shape_problems(raw)
+    if shape:
+        raise CatalogError(where, shape)
     overrides = _flavor_override_problems(raw)
     if overrides:
-        raise CatalogError(str(p), overrides)
+        raise CatalogError(where, [_one_line(o) for o in overrides])
     try:
-        return Catalog.model_validate(raw)
+        return Catalog.model_validate(_tuples(raw), strict=True)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             loc = _loc(err["loc"])
-            problems.append(f"{loc}: {_describe(dict(err))}" if loc else _describe(dict(err)))
-        raise CatalogError(str(p), problems) from None
+            problems.append(_one_line(f"{loc}: {_describe(dict(err))}" if loc else _describe(dict(err))))
+        raise CatalogError(where, problems) from None
 
 
 # -- rendering ----------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from envctl.errors import UsageError
 
@@ -206,7 +207,9 @@ def validate_token(value: str, what: str = "--token") -> str:
 __all__ = [
     "NAME_MAX", "PORT_OFFSET_MAX", "is_loopback", "opens_world", "validate_allowed_cidrs", "validate_cidr",
     "validate_duration", "validate_host", "validate_instance_name", "validate_lab_name", "validate_name",
-    "validate_port", "validate_port_offset", "validate_token",
+    "validate_port", "validate_port_offset", "validate_token", "validate_site_name", "validate_relative_path",
+    "validate_registry_mirror", "validate_image_ref", "validate_ec2_inputs", "ENV_VARS", "EnvVar", "env_value",
+    "env_report", "SITE_NAME_MAX", "PATH_MAX",
 ]
 
 
@@ -250,3 +253,180 @@ def validate_ec2_inputs(instance_type: str, ami: str, key_name: str | None, imag
         raise UsageError(f"invalid --key-name {_show(key_name)}", "give the name of an EC2 key pair (no '/' or spaces)")
     if images_url and not re.fullmatch(r"(https?|s3)://[^\s\"'<>]+", images_url):
         raise UsageError(f"invalid --images-url {_show(images_url)}", "give an http(s):// or s3:// URL")
+
+
+# -- catalog names and paths -----------------------------------------------------------------------
+
+SITE_NAME_MAX = 40
+_SITE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+PATH_MAX = 1024
+
+
+def validate_site_name(value: str, what: str = "site name") -> str:
+    """A catalog site, service or flavor name: a lower-case ASCII letter, then up to 39 lower-case
+    letters, digits or '_' (``^[a-z][a-z0-9_]{0,39}$``). These names become container names, Docker
+    labels, file names (login state, locks) and template references, so nothing else is allowed."""
+    if not isinstance(value, str) or not _SITE_NAME.fullmatch(value) or not value.isascii():
+        raise UsageError(f"invalid {what} {_show(value)}",
+                         f"use a lower-case letter, then up to {SITE_NAME_MAX - 1} lower-case letters, digits or '_'")
+    return value
+
+
+def validate_relative_path(value: str, what: str = "path", *, under: str = "the data directory") -> str:
+    """A path joined onto a directory envctl owns (``under``): non-empty, relative, no ``..``
+    component, no NUL or other control character, at most :data:`PATH_MAX` characters, and naming
+    something below that directory (not ``.`` itself)."""
+    hint = f"give a path relative to {under}, e.g. map/osm_dump"
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{what} is empty", hint)
+    if "\0" in value:
+        raise UsageError(f"{what} {_show(value)} contains a NUL byte", hint)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UsageError(f"{what} {_show(value)} contains a control character", hint)
+    if len(value) > PATH_MAX:
+        raise UsageError(f"{what} is {len(value)} characters long (at most {PATH_MAX})", hint)
+    if value.startswith(("/", "\\", "~")):
+        raise UsageError(f"{what} {_show(value)} is absolute", hint)
+    parts = value.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise UsageError(f"{what} {_show(value)} contains '..'", hint)
+    if all(p in ("", ".") for p in parts):
+        raise UsageError(f"{what} {_show(value)} names {under} itself", hint)
+    return value
+
+
+# -- environment variables -------------------------------------------------------------------------
+
+def _env_path(value: str, what: str) -> str:
+    if "\0" in value or any(ord(c) < 32 for c in value):
+        raise UsageError(f"{what} {_show(value)} contains a control character", f"set {what} to a path, or unset it")
+    return value
+
+
+def _env_rate(value: str, what: str) -> float:
+    import math
+
+    try:
+        rate = float(value.strip())
+    except ValueError:
+        rate = math.nan
+    if not math.isfinite(rate) or rate < 0 or not re.fullmatch(r"[0-9]+(\.[0-9]*)?", value.strip()):
+        raise UsageError(f"invalid {what} {_show(value)}",
+                         f"set {what} to a number of bytes per second (0 disables the check), or unset it")
+    return rate
+
+
+def _env_bytes(value: str, what: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,20}", value.strip()):
+        raise UsageError(f"invalid {what} {_show(value)}", f"set {what} to a whole number of bytes, or unset it")
+    return int(value.strip())
+
+
+def _env_url(value: str, what: str) -> str:
+    if not re.fullmatch(r"(https?|s3)://[^\s\"'<>]+", value):
+        raise UsageError(f"invalid {what} {_show(value)}", f"set {what} to an http(s):// URL, or unset it")
+    return value
+
+
+def _env_text(value: str, what: str) -> str:
+    if "\0" in value or "\n" in value or "\r" in value:
+        raise UsageError(f"{what} contains a control character", f"set {what} to one line of text, or unset it")
+    return value
+
+
+def _env_registry(value: str, what: str) -> str:
+    raw = value.strip().removeprefix("https://").removeprefix("http://").rstrip("/")
+    return validate_registry_mirror(raw, what) if raw else raw
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable envctl reads: its name, what it means, whether its value is a
+    secret (masked by ``envctl doctor``), and the validator of the option it mirrors."""
+
+    name: str
+    meaning: str
+    check: Callable[[str, str], object] | None = None
+    secret: bool = False
+
+
+# Every variable envctl's own code reads (os.environ / getenv and click's envvar=); the mini images'
+# variables are the images' business and not listed. ``tests/test_hostile_catalog.py`` greps the
+# package and fails when a read variable is missing here.
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("ENVCTL_CATALOG", "site catalog YAML instead of the built-in one (like --catalog)", _env_path),
+    EnvVar("ENVCTL_INSTANCE", "default instance name (like --instance)", lambda v, w: validate_name(v, w)),
+    EnvVar("ENVCTL_DATA_DIR", "data directory: pins, downloads, unpacked data (default $XDG_DATA_HOME/envctl)", _env_path),
+    EnvVar("XDG_DATA_HOME", "base of the default data directory (default ~/.local/share)", _env_path),
+    EnvVar("ENVCTL_STATE_DIR", "state directory: locks, reset-server records and tokens, debug log", _env_path),
+    EnvVar("XDG_RUNTIME_DIR", "base of the default state directory (default /tmp)", _env_path),
+    EnvVar("ENVCTL_REGISTRY_MIRROR", "pull registry images through this mirror (like --registry-mirror)", _env_registry),
+    EnvVar("ENVCTL_MIN_RATE", "tuning: slowest acceptable download rate in bytes/s before a mirror is skipped "
+           "(default 65536; 0 disables)", _env_rate),
+    EnvVar("ENVCTL_DISK_BUDGET_BYTES", "tuning: cap on the free space every filesystem is assumed to have", _env_bytes),
+    EnvVar("ENVCTL_SERVE_TOKEN", "reset-server token (like serve --token)", lambda v, w: validate_token(v, w), secret=True),
+    EnvVar("ENVCTL_CHROMIUM", "Chromium executable for login state and smoke (empty: Playwright's own)", _env_path),
+    EnvVar("ENVCTL_LEASE_SERVER", "lease server URL for Lab.lease (may carry the token)", _env_url, secret=True),
+    EnvVar("ENVCTL_POOL", "lease pool name for Lab.lease (default 'default')", lambda v, w: validate_name(v, w)),
+    EnvVar("ENVCTL_AGENT_BASE_URL", "smoke LLM agent: OpenAI-compatible /v1 URL", _env_url),
+    EnvVar("ENVCTL_AGENT_MODEL", "smoke LLM agent: model name", _env_text),
+    EnvVar("ENVCTL_AGENT_API_KEY", "smoke LLM agent: API key", _env_text, secret=True),
+    EnvVar("ENVCTL_JUDGE_BASE_URL", "smoke LLM judge: OpenAI-compatible /v1 URL", _env_url),
+    EnvVar("ENVCTL_JUDGE_MODEL", "smoke LLM judge: model name", _env_text),
+    EnvVar("ENVCTL_JUDGE_API_KEY", "smoke LLM judge: API key", _env_text, secret=True),
+    EnvVar("ENVCTL_WHEEL", "cloud: envctl wheel to install on lab hosts instead of building one", _env_path),
+    EnvVar("ENVCTL_AWS_ENDPOINT_URL", "cloud: AWS endpoint (e.g. a moto server for tests)", _env_url),
+    EnvVar("USER", "cloud: owner tag of the EC2 resources (default: the login name)", _env_text),
+    EnvVar("PATH", "executable search path (Ansible runs with the venv's bin first)", _env_text),
+)
+ENV_VAR_NAMES = frozenset(v.name for v in ENV_VARS)
+
+
+def env_var(name: str) -> EnvVar:
+    return next(v for v in ENV_VARS if v.name == name)
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """``$name`` validated like the option it mirrors (None when unset or empty). Garbage raises
+    :class:`UsageError` with one line naming the variable, never a traceback."""
+    import os
+
+    var = env_var(name)
+    raw = (os.environ if environ is None else environ).get(name)
+    if not raw:
+        return None
+    return _checked(var, raw)
+
+
+def _checked(var: EnvVar, raw: str) -> Any:
+    if var.check is None:
+        return raw
+    try:
+        return var.check(raw, var.name)
+    except UsageError as exc:
+        if var.secret:  # the message may quote the value: say only which variable
+            raise UsageError(f"invalid {var.name} (value not shown: it is a secret)", exc.hint) from None
+        raise
+
+
+def env_report(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every variable of :data:`ENV_VARS`: name, meaning, value (secrets masked), set, problem."""
+    import os
+
+    from envctl.secrets import MASK
+
+    env = os.environ if environ is None else environ
+    rows = []
+    for var in ENV_VARS:
+        raw = env.get(var.name)
+        problem = None
+        if raw:
+            try:
+                _checked(var, raw)
+            except UsageError as exc:
+                problem = str(exc)
+        shown = None if raw is None else MASK if var.secret and raw else \
+            raw if raw.isprintable() and len(raw) <= 200 else _show(raw)
+        rows.append({"name": var.name, "set": raw is not None, "value": shown, "meaning": var.meaning,
+                     "problem": problem})
+    return rows
