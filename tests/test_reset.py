@@ -96,7 +96,7 @@ def test_verify_reports_drift_and_spare_swap_restores(lab):
     assert_consistent(lab, "reddit")
 
 
-def test_tampered_spare_escalates_to_recreate(lab):
+def test_tampered_spare_escalates_to_the_inplace_tier(lab):
     lab.replenish("reddit", 1)
     spare = state(lab).spares["reddit"][0]
     name = lab.running().backend.container_name("reddit", "web", spare)

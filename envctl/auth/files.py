@@ -43,16 +43,19 @@ def may_pair(catalog: Catalog, a: str, b: str) -> bool:
     return b not in sa.login.no_pair_with and a not in sb.login.no_pair_with
 
 
-def plan(catalog: Catalog, sites: Iterable[str], partners: Iterable[str] = ()) -> list[tuple[str, ...]]:
-    """Every combination that touches ``sites``: each site alone, and each allowed pair of a site
-    with another of ``sites`` or ``partners`` (the other sites that are up). Sorted, deduplicated;
-    singles first, then pairs, in file-name order."""
+def login_combos(catalog: Catalog, sites: Iterable[str], partners: Iterable[str] = ()) -> list[tuple[str, ...]]:
+    """Every login-state combination (one file each) that touches ``sites``: each site alone, and each
+    allowed pair of a site with another of ``sites`` or ``partners`` (the other sites that are up).
+    Sorted, deduplicated; singles first, then pairs, in file-name order."""
     wanted = [s for s in dict.fromkeys(sites) if catalog.site(s).login]
     pool = [s for s in dict.fromkeys([*wanted, *partners]) if catalog.site(s).login]
     singles = sorted({(s,) for s in wanted})
     pairs = sorted({tuple(sorted(p)) for p in itertools.combinations(pool, 2)
                     if (p[0] in wanted or p[1] in wanted) and may_pair(catalog, *p)})
     return singles + pairs
+
+
+plan = login_combos  # the old name, until its last callers move (not the capacity plan: envctl.plan)
 
 
 def login_order(catalog: Catalog, combo: Iterable[str]) -> list[str]:

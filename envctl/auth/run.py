@@ -243,7 +243,7 @@ def login(target: Target, sites: Iterable[str] | None = None, *, max_age: float 
     ``pairs=False`` makes only the single-site files."""
     start = time.monotonic()
     names = _validate_sites(target, sites)
-    combos = files.plan(target.catalog, names, target.partners if pairs else ())
+    combos = files.login_combos(target.catalog, names, target.partners if pairs else ())
     if not pairs:
         combos = [c for c in combos if len(c) == 1]
     target.auth_dir.mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,7 @@ def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float 
     file touching a login site that is up, plus any other state file in the folder)."""
     start = time.monotonic()
     names = _validate_sites(target, sites)
-    planned = [files.state_name(c) for c in files.plan(target.catalog, names, target.partners)]
+    planned = [files.state_name(c) for c in files.login_combos(target.catalog, names, target.partners)]
     if sites is None and target.auth_dir.is_dir():
         known = set(files.login_sites_of(target.catalog))
         for p in sorted(target.auth_dir.glob("*" + files.SUFFIX)):

@@ -1,1 +1,1 @@
-"""Pristine state: fingerprints, golden snapshots, spares and the reset tiers (DESIGN.md §5-6)."""
+"""Pristine state: fingerprints, golden snapshots, spares and the reset tiers (docs/architecture.md)."""

@@ -1,8 +1,9 @@
-"""Reset tiers (DESIGN.md §5): spare swap, app endpoint, recreate, none — each ends verified.
+"""Reset tiers (docs/architecture.md, "Reset tiers"): spare swap, in place, app endpoint, recreate,
+none — each ends verified.
 
 *Verified* means: every health probe passes through the public URL, and the copy's fingerprint
 equals the site's pristine fingerprint. On a mismatch a reset escalates to the next tier
-(spare/endpoint/none -> recreate) and says so.
+(spare -> inplace, where the site declares it -> recreate; endpoint/none -> recreate) and says so.
 
 Spares are whole site copies booted from the golden image, verified through the front proxy
 (``X-Envctl-Backend`` addresses one copy on the real public port, Host header and all), logged in,
@@ -18,26 +19,26 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, get_args
 
 import requests
 
 from envctl.auth import Target, login_sites
+from envctl.catalog import Tier
 from envctl.errors import EnvctlError, NoBrowser, ResetFailed, SiteNotUp, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint, diff, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
-from envctl.locks import lock_dir, locked
+from envctl.locks import locked
 from envctl.provision.local import Copy, mask
 from envctl.provision.proxy import ProxyState, Route
-from envctl.state import snapshots
+from envctl.state import snapshots, workers
 
-TIERS = ("spare", "inplace", "endpoint", "recreate", "none")
+TIERS: tuple[str, ...] = get_args(Tier)  # fastest first; the catalog names them
 Progress = Callable[[str, str, str], None]
 
 
@@ -228,59 +229,27 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
         ctx.__exit__(None, None, None)
 
 
+REPLENISH_CMD = b"_replenish"  # argv marker of the detached spare replenisher
+
+
 def spawn_replenish(inst: Instance, logins: Logins, sites: list[str]) -> subprocess.Popen[bytes] | None:
     """Replenish in a detached process that outlives the caller (its log: <lock dir>/replenish-<inst>.log)."""
     if not sites:
         return None
-    log = open(lock_dir() / f"replenish-{inst.name}.log", "ab")
-    argv = [sys.executable, "-m", "envctl", "_replenish", "--instance", inst.name, "--auth-dir",
-            str(logins.auth_dir), *sites]
-    env = dict(os.environ)
-    if logins.catalog_path:
-        env["ENVCTL_CATALOG"] = str(logins.catalog_path)
-    return subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    return workers.spawn([REPLENISH_CMD.decode()], inst.name, logins.auth_dir, sites, log_name="replenish",
+                         catalog_path=logins.catalog_path)
 
 
 def replenisher_pids(instance: str, sites: list[str] | None = None) -> list[int]:
     """The running replenisher processes of ``instance`` (of any of ``sites``), found in /proc."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"_replenish" in argv and b"--instance" in argv:
-            i = argv.index(b"--instance")
-            if i + 1 < len(argv) and argv[i + 1] == instance.encode() and (
-                    sites is None or any(site.encode() in argv for site in sites)):
-                pids.append(int(d.name))
-    return pids
+    return workers.pids(REPLENISH_CMD, instance, sites)
 
 
 def stop_replenishers(instance: str, sites: list[str] | None = None, timeout: float = 20.0) -> list[int]:
     """Stop ``instance``'s replenishers (SIGTERM: a spare being booted is removed), SIGKILL after ``timeout``.
 
     'down' calls this first, so no spare appears after it has listed what to remove."""
-    import signal
-
-    pids = replenisher_pids(instance, sites)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p in pids for p in replenisher_pids(instance)):
-        time.sleep(0.1)
-    for pid in replenisher_pids(instance):
-        if pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return pids
+    return workers.stop(REPLENISH_CMD, instance, sites, timeout)
 
 
 # -- the tiers ---------------------------------------------------------------------------------

@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +36,11 @@ from envctl.errors import EnvctlError, NoBrowser, ResetFailed
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import WARM_ROLE, Instance
-from envctl.locks import lock_dir, locked
+from envctl.locks import locked
 from envctl.provision import docker as dk
 from envctl.provision.local import Copy
 from envctl.state import reset as resets
+from envctl.state import workers
 from envctl.state.reset import Logins
 from envctl.state.snapshots import snapshot_fingerprint, snapshot_tags
 
@@ -225,50 +224,18 @@ def replenish(inst: Instance, logins: Logins, site: str, progress: Progress = _n
 
 def spawn(inst: Instance, logins: Logins, site: str) -> subprocess.Popen[bytes]:
     """:func:`replenish` in a detached process that outlives the caller (log: <lock dir>/warm-<inst>.log)."""
-    log = open(lock_dir() / f"warm-{inst.name}.log", "ab")
-    argv = [sys.executable, "-m", "envctl", "snapshot", WARM_CMD.decode(), "--instance", inst.name,
-            "--auth-dir", str(logins.auth_dir), "--site", site]
-    env = dict(os.environ)
-    if logins.catalog_path:
-        env["ENVCTL_CATALOG"] = str(logins.catalog_path)
-    return subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    return workers.spawn(["snapshot", WARM_CMD.decode()], inst.name, logins.auth_dir, ["--site", site],
+                         log_name="warm", catalog_path=logins.catalog_path)
 
 
 def warmer_pids(instance: str, sites: list[str] | None = None) -> list[int]:
     """The running warm-copy booters of ``instance`` (of any of ``sites``), found in /proc."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if WARM_CMD in argv and b"--instance" in argv:
-            i = argv.index(b"--instance")
-            if i + 1 < len(argv) and argv[i + 1] == instance.encode() and (
-                    sites is None or any(s.encode() in argv for s in sites)):
-                pids.append(int(d.name))
-    return pids
+    return workers.pids(WARM_CMD, instance, sites)
 
 
 def stop_warmers(instance: str, sites: list[str] | None = None, timeout: float = 20.0) -> list[int]:
     """SIGTERM the booters (the copy being booted is removed as the process unwinds), SIGKILL after ``timeout``."""
-    pids = warmer_pids(instance, sites)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and set(pids) & set(warmer_pids(instance)):
-        time.sleep(0.1)
-    for pid in set(pids) & set(warmer_pids(instance)):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return pids
+    return workers.stop(WARM_CMD, instance, sites, timeout)
 
 
 # -- restore ------------------------------------------------------------------------------------------
