@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator
 from envctl.auth import Report, Target, check, login_sites
 from envctl.auth import login as log_in
 from envctl.catalog import Catalog, Renderer, load_catalog
-from envctl.errors import EnvctlError, ImageMissing, NoBrowser, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp, UsageError
+from envctl.errors import DockerError, EnvctlError, ImageMissing, NoBrowser, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp, UsageError
+from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
@@ -348,7 +349,7 @@ class Lab:
         url = inst.settings.deployment.url(site) + site.url_path
         timings: dict[str, float] = {}
         action = "created"
-        fresh = False
+        fresh = booted = False  # booted: a new copy made here (else the running one, repaired in place)
         try:
             table = inst.table()
             active = inst.active_copy(name, table)
@@ -382,6 +383,7 @@ class Lab:
                 images, golden = snapshots.golden_images(inst, name)
                 copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
                                       timings=timings)
+                booted = True
                 fresh = not golden  # configured here: pristine, without the in-place tier's saved state
             with inst.routing() as table:
                 inst.route(table, copy)
@@ -391,12 +393,7 @@ class Lab:
             progress(name, "wait", "waiting for health probes")
             results = inst.wait_healthy(copy, check=lambda: inst.probe(name))
             timings["healthy"] = time.monotonic() - t
-            if action != "kept" and (copy.golden or name not in inst.table().pristine):
-                # The fingerprint of a fresh, configured copy, taken before any login, is what
-                # 'pristine' means for this site.
-                fp = inst.fingerprint(copy)
-                with inst.routing() as table:
-                    table.pristine[name] = fp.to_json()
+            self._record_pristine(inst, copy, fresh=fresh, booted=booted)
             if fresh:
                 t = time.monotonic()
                 if inst.save_inplace(copy, progress):
@@ -408,6 +405,25 @@ class Lab:
         except EnvctlError as exc:
             progress(name, "failed", str(exc).splitlines()[0])
             return SiteResult(name, False, "failed", url, timings, str(exc))
+
+    @staticmethod
+    def _record_pristine(inst: Instance, copy: Copy, *, fresh: bool, booted: bool) -> None:
+        """Record what 'pristine' means for ``copy``'s site after 'up' made or repaired it.
+
+        A fresh configured copy (no golden), fingerprinted before any login, defines it. A copy booted
+        from a golden image takes the golden's own label. A copy that ran before (repaired in place)
+        may have been written to: it never defines pristine, whatever it was booted from."""
+        site = copy.site
+        fp: Fingerprint | None = None
+        if fresh:
+            fp = inst.fingerprint(copy)
+        elif copy.golden and not copy.golden.startswith("snapshot:"):
+            fp = snapshots.golden_fingerprint(inst, site, copy.golden)
+            if fp is None and booted and site not in inst.table().pristine:
+                fp = inst.fingerprint(copy)  # an unlabelled golden: the copy just booted from it is its state
+        if fp is not None:
+            with inst.routing() as table:
+                table.pristine[site] = fp.to_json()
 
     # -- login state -----------------------------------------------------------------------------
     def login(self, sites: list[str] | None = None, *, out: str | Path | None = None,
@@ -519,6 +535,11 @@ class Lab:
                 tf = time.monotonic()
                 fp = inst.fingerprint(copy)
                 timings["fingerprint"] = time.monotonic() - tf
+                # Pristine is redefined as this state: the in-place tier must restore it, not the state
+                # saved when the copy was configured (the golden then carries it to every copy).
+                tf = time.monotonic()
+                if inst.save_inplace(copy, progress):
+                    timings["save"] = time.monotonic() - tf
                 progress(site, "snapshot", "clean stop, commit, start")
                 tf = time.monotonic()
                 key = snapshots.commit_golden(inst, copy, fp)
@@ -701,7 +722,16 @@ class Lab:
                             table.routes.pop(str(inst.settings.deployment.port(port)), None)
                     proxy.apply(self.instance, table, table.ports or None)
             if volumes:
-                dk.remove_volumes(dk.volumes(instance=self.instance))
+                vols = (dk.volumes(instance=self.instance) if names is None else
+                        [v for n in names for v in dk.volumes(instance=self.instance, site=n)])
+                refused = dk.remove_volumes(vols)
+                if refused:
+                    raise DockerError(
+                        "down: could not remove volume" + ("s" if len(refused) > 1 else "") + " "
+                        + "; ".join(f"'{v}' ({why})" for v, why in sorted(refused.items()))
+                        + f"; the rest of instance '{self.instance}' is removed",
+                        "see what still uses it with 'docker ps -a --filter volume=" + sorted(refused)[0]
+                        + f"', remove that container, then run 'envctl down --volumes --instance {self.instance}' again")
         return DownResult(self.instance, sorted(set(removed)), kept)
 
     # -- env for harnesses ---------------------------------------------------------------------------

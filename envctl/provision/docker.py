@@ -384,13 +384,21 @@ def volumes(**labels: str) -> list[str]:
     return [v.name for v in docker.volume.list(filters=filters)]
 
 
-@_wrap
-def remove_volumes(names: list[str]) -> None:
+def remove_volumes(names: list[str]) -> dict[str, str]:
+    """Remove volumes; returns volume -> the engine's reason for each it refused (e.g. in use by a
+    container). A volume already gone is not a failure."""
+    failed = {}
     for n in names:
         try:
             docker.volume.remove(n)
-        except DockerException:
-            pass  # in use or already gone: a later 'down --volumes' gets it
+        except DockerException as exc:
+            err = (exc.stderr or exc.stdout or "").strip()
+            if "no such volume" in err.lower():
+                continue
+            if "Cannot connect to the Docker daemon" in err:
+                raise EngineUnavailable(err.splitlines()[-1]) from None
+            failed[n] = err.splitlines()[-1] if err else f"'docker volume rm' exited {exc.return_code}"
+    return failed
 
 
 def published_host_ports() -> dict[int, str]:

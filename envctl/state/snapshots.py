@@ -74,12 +74,12 @@ def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str
     return None, ""
 
 
-def golden_fingerprint(tag: str) -> Fingerprint | None:
-    for img in dk.images(golden=tag.rsplit(":", 1)[1]):
-        raw = (img.config.labels or {}).get("envctl.fingerprint")
-        if raw:
-            return Fingerprint.from_json(raw)
-    return None
+def golden_fingerprint(inst: Instance, site: str, key: str) -> Fingerprint | None:
+    """The fingerprint the golden images of ``key`` are labelled with; None when they are gone."""
+    tags = golden_tags(inst, site, key)
+    if not all(dk.image_exists(t) for t in tags.values()):
+        return None
+    return snapshot_fingerprint(tags)
 
 
 def _stop_commit_start(inst: Instance, copy: Copy, tags: dict[str, str], labels: dict[str, str],
