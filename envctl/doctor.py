@@ -8,6 +8,7 @@ from typing import Any
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError
 from envctl.plan import memory_bytes
+from envctl.validate import env_report
 
 
 def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -98,4 +99,26 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     chromium = os.environ.get("ENVCTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     checks.append(_check("browser", "ok" if chromium else "warn", chromium or "no chromium found (needed for login state and smoke)",
                          None if chromium else "apt-get install chromium (or set ENVCTL_CHROMIUM)"))
-    return {"ok": all(c["status"] != "fail" for c in checks), "flavor": flavor, "sites": names, "checks": checks}
+    environment = env_report()
+    checks += environment_checks(environment)
+    return {"ok": all(c["status"] != "fail" for c in checks), "flavor": flavor, "sites": names, "checks": checks,
+            "environment": environment}
+
+
+def environment_checks(environment: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The environment variables envctl reads (validate.ENV_VARS): one row per variable that is set,
+    with its value (secrets masked) and meaning, 'fail' with the fix when the value is not valid;
+    one row naming those that are unset (--json has every variable with its meaning)."""
+    rows = []
+    for var in environment:
+        if not var["set"]:
+            continue
+        if var["problem"]:
+            rows.append(_check(f"${var['name']}", "fail", f"{var['value']}: {var['problem']}",
+                               f"fix or unset {var['name']} ({var['meaning']})"))
+        else:
+            rows.append(_check(f"${var['name']}", "ok", f"{var['value']} ({var['meaning']})"))
+    unset = [v["name"] for v in environment if not v["set"]]
+    if unset:
+        rows.append(_check("environment", "ok", "unset: " + ", ".join(unset)))
+    return rows

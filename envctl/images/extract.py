@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Literal, Protocol
 
 from envctl.errors import DockerError, EnvctlError
+from envctl.paths import confined
 from envctl.provision import docker as dk
 
 MARKER = ".envctl-extract.json"
@@ -115,7 +116,8 @@ def _stripped(parts: tuple[str, ...], strip: int | str) -> tuple[str, ...] | Non
 
 def render(target: str, data_root: Path, instance: str) -> tuple[Literal["dir", "volume"], str]:
     if target.startswith("{data_dir}"):
-        return "dir", str(data_root / target[len("{data_dir}"):].lstrip("/"))
+        # Checked at catalog load; again here, resolved, as defence in depth (extracts may run as root).
+        return "dir", str(confined(data_root, target[len("{data_dir}"):].lstrip("/"), "extract target"))
     return "volume", target.replace("{instance}", instance)
 
 

@@ -35,7 +35,8 @@ from envctl.images import disk, fetch, registry
 from envctl.images import extract as ex
 from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
 from envctl.images.lock import LockFile, Pin, downloads_dir
-from envctl.paths import data_dir as site_data_dir
+from envctl.paths import confined, data_dir as site_data_dir
+from envctl.validate import env_value
 from envctl.provision import docker as dk
 
 
@@ -137,6 +138,12 @@ class PruneResult:
     images: tuple[str, ...]
 
 
+def _min_rate() -> float:
+    """``$ENVCTL_MIN_RATE`` (bytes/s; validated: garbage is one line naming the variable), else 64 KiB/s."""
+    rate = env_value("ENVCTL_MIN_RATE")
+    return 64 * 1024.0 if rate is None else float(rate)
+
+
 @dataclass
 class Options:
     """Where things go and how hard to try (defaults follow the user's data dir)."""
@@ -155,7 +162,7 @@ class Options:
             data_root=self.data_root or site_data_dir(),
             downloads=self.downloads or downloads_dir(),
             lock=self.lock or LockFile(),
-            timeouts=self.timeouts or fetch.Timeouts(min_rate=float(os.environ.get("ENVCTL_MIN_RATE", 64 * 1024))),
+            timeouts=self.timeouts or fetch.Timeouts(min_rate=_min_rate()),
             segments=self.segments,
             check_disk=self.check_disk,
             instance=self.instance,
@@ -179,8 +186,17 @@ def artifacts(catalog, sites: Iterable[str] | None = None, flavor: str = "full")
 
 
 def _data_path(art: ArtifactLike, opts: Options) -> Path:
+    """Where a data artifact goes: ``dest`` under the data directory, checked again here (the
+    catalog refuses absolute and '..' paths at load; a symlink under the data dir could still lead
+    out of it, and this may run as root)."""
     assert opts.data_root is not None and art.dest
-    return opts.data_root / art.dest
+    return confined(opts.data_root, art.dest, f"{art.name}: dest")
+
+
+def _archive_path(art: ArtifactLike, opts: Options) -> Path:
+    """Where an image archive is downloaded: its name under the downloads directory, confined there."""
+    assert opts.downloads is not None
+    return confined(opts.downloads, art.name, "artifact name")
 
 
 def is_present(art: ArtifactLike, opts: Options) -> bool:
@@ -241,7 +257,7 @@ def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opt
         return [disk.Need(root, loaded, f"pull {art.name}")]
     # The engine unpacks the archive into its tmp dir before registering the layers.
     needs = [disk.Need(root, size + loaded, f"load {art.name}")]
-    archive = opts.downloads / art.name  # type: ignore[operator]
+    archive = _archive_path(art, opts)
     part = fetch.partial_path(archive)
     if keep_archive or part.exists():
         have = part.stat().st_size if part.exists() else 0
@@ -378,7 +394,7 @@ def _get_one(site: str | None, art: ArtifactLike, sources: list[SourceLike], kee
     lock = opts.lock
     assert lock is not None and opts.timeouts is not None and opts.downloads is not None
     failures: list[str] = []
-    archive = opts.downloads / art.name
+    archive = _archive_path(art, opts)
     if art.kind == "image" and archive.is_file():
         emit(Event("start", art.name, site, "local archive", total=archive.stat().st_size))
         try:
@@ -451,7 +467,7 @@ def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_arch
         lock.record(Pin(art.name, size=got.size, sha256=got.sha256, mirror=src.mirror))
         return "downloaded", got.sha256, got.size, None
 
-    archive = opts.downloads / art.name
+    archive = _archive_path(art, opts)
     if keep_archive or fetch.partial_path(archive).exists():
         got = fetch.download(url, archive, mirror=src.mirror, expected_size=want_size, expected_sha256=want_sha,
                              expect="tar", segments=opts.segments, progress=cb, timeouts=t, session=session,
