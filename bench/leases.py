@@ -22,7 +22,7 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.leases import auth_dir
+from envctl.leases.pool import auth_dir
 from envctl.provision import docker as dk
 from envctl.serve import make_pool, serve
 
@@ -113,6 +113,11 @@ def main() -> None:
         done = len(saw_others)
         leased_rate = done / leased_s * 60
         dirty_share = sum(saw_others) / done if done else float("nan")
+        t_free = time.monotonic()
+        while not all(r["state"] == "free" for r in pool.rows()):  # the baseline must not start on a release
+            if time.monotonic() - t_free > 600:                        # still being reset (a false "not pristine")
+                raise SystemExit(f"the pool's releases did not end: {pool.rows()}")
+            time.sleep(0.5)
         summary = pool.summary()
         server.shutdown()
         server.server_close()

@@ -621,7 +621,7 @@ def _describe(err: dict[str, Any]) -> str:
     return f"{msg[:1].lower()}{msg[1:]} (got {shown})"  # only the first letter: 'GET' stays 'GET'
 
 
-# DESIGN.md decision 2: a flavor overrides only a service's image, build and memory and the site's
+# docs/architecture.md, "Flavors": a flavor overrides only a service's image, build and memory and the site's
 # description and artifacts; everything else belongs to the site and runs unchanged on every flavor.
 SERVICE_FLAVOR_KEYS = frozenset({"image", "build", "memory"})
 SITE_FLAVOR_KEYS = frozenset({"description", "artifacts"})

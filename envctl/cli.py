@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -486,9 +487,16 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
     """Per site: containers, roles, health (each probe with latency), URL, flavor, image, uptime."""
     from envctl.render import emit_json, table
 
-    st = ctx.lab(instance).status()
+    pool = _pool_leases(instance)
+    lab = ctx.lab(instance)
+    if pool is not None and lab.settings() is None:  # a lease pool's name: its members and their leases
+        if as_json:
+            return emit_json(pool)
+        _show_pool(instance, pool)
+        return
+    st = lab.status()
     if as_json:
-        emit_json(st.to_dict())
+        emit_json({**st.to_dict(), **({"pool": pool} if pool is not None else {})})
         _exit_unless(st.healthy)
         return
     rows = []
@@ -500,6 +508,13 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
                      s.spares_ready])
     table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind})",
           ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+    if st.lease:
+        left = float(st.lease.get("expires", 0) or 0) - time.time()
+        click.echo(f"lease: {st.lease.get('state')} in pool {st.lease.get('pool')}"
+                   + (f", held by {st.lease.get('holder') or '?'} ({', '.join(st.lease.get('sites') or [])}), "
+                      f"expires in {left:.0f}s" if st.lease.get("state") == "leased" else ""))
+    if pool is not None:
+        _show_pool(instance, pool)
     _exit_unless(st.healthy)
 
 
@@ -821,22 +836,26 @@ def snapshot_warm(ctx: Ctx, site: str, instance: str, auth_dir: str | None) -> N
 @click.option("--token", default=None, envvar="ENVCTL_SERVE_TOKEN",
               help="required as http://host:port/<token>/... or 'Authorization: Bearer'; generated into "
                    "<state dir>/serve-<instance>.token when --bind is not loopback (ENVCTL_SERVE_TOKEN)")
-@click.option("--instances", type=click.IntRange(1, 64), default=None,
-              help="hand out leases on a pool of N instances <instance>-1..N (brought up when not running)")
+@click.option("--instances", default=None, metavar="N|auto",
+              help="hand out leases on a pool of N instances <instance>-1..N (brought up or finished when not "
+                   "running); 'auto': as many as the capacity plan fits in this host's memory")
 @flavor_option
 @click.option("--sites", "pool_sites", default=None, help="comma-separated sites of the pool's instances [all]")
 @click.option("--spares", type=click.IntRange(0, 8), default=None, help="spares per site on the pool's instances")
 @click.option("--heal-after", type=click.FloatRange(1, 86400), default=60.0, show_default=True, callback=_finite,
               help="seconds a site may fail its probes before it is replaced")
+@click.option("--max-lease", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+              help="reclaim (and reset) a lease held longer than this many seconds, even while it heartbeats "
+                   "(a hung episode); a lease's own max_seconds may only be shorter")
 @click.option("--base-offset", type=click.IntRange(0, 60000), default=10000, show_default=True,
               help="the pool's instances get free port offsets from here, in steps of 1000")
 @instance_option
 @pass_ctx
-def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | None, instances: int | None,
-          flavor: str | None, pool_sites: str | None, spares: int | None, heal_after: float, base_offset: int,
-          instance: str) -> None:
+def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | None, instances: str | None,
+          flavor: str | None, pool_sites: str | None, spares: int | None, heal_after: float, max_lease: float | None,
+          base_offset: int, instance: str) -> None:
     """Reset server speaking BrowserGym's protocol (GET /reset, GET /status) plus POST /reset/SITE;
-    with --instances N, also leases of isolated instances (POST /leases, GET /metrics)."""
+    with --instances N, also leases of isolated, verified-pristine instances (POST /leases, GET /metrics)."""
     from envctl.serve import make_pool
     from envctl.serve import serve as make
     from envctl.validate import validate_host, validate_port_offset
@@ -850,18 +869,22 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         validate_token(token)
     names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
     pool_site_names = ctx.catalog.resolve(names) if names else None
+    size = _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)
     lab = ctx.lab(instance)
-    if lab.settings() is None and instances is None:
+    if lab.settings() is None and size is None:
         raise EnvctlError(f"instance '{instance}' does not exist on this Docker engine",
                           "start it with 'envctl up' before serving its resets, or serve a pool with --instances N")
+    if max_lease is not None and size is None:
+        raise UsageError("--max-lease needs a lease pool", "add --instances N")
     pool = None
-    if instances is not None:
-        pool = make_pool(lab, instances, flavor=flavor, sites=pool_site_names,
-                         spares=spares, heal_after=heal_after, base_offset=base_offset,
+    if size is not None:
+        pool = make_pool(lab, size, flavor=flavor, sites=pool_site_names, spares=spares, heal_after=heal_after,
+                         base_offset=base_offset, max_lease=max_lease, bind=host if host != "0.0.0.0" else "127.0.0.1",
                          say=lambda m: click.echo(m, err=True))
     server = make(lab, host, port + port_offset, token, pool=pool)
     click.echo(f"envctl reset server for instance '{instance}' on http://{host}:{server.server_address[1]}"
-               + (f" (lease pool of {instances})" if pool else ""), err=True)
+               + (f" (lease pool of {size}; leases answer 503 + Retry-After until its instances are up)"
+                  if pool else ""), err=True)
     if pool is not None:
         pool.start()
     try:
@@ -870,6 +893,36 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         if pool is not None:
             pool.stop()
         server.server_close()
+
+
+def _pool_size(ctx: Ctx, instances: str | None, instance: str, flavor: str | None, sites: list[str] | None,
+               spares: int | None, base_offset: int) -> int | None:
+    """--instances N|auto -> N, refusing what cannot work before anything is started."""
+    if instances is None:
+        return None
+    if instances.strip().lower() == "auto":
+        from envctl.serve import auto_size
+
+        names = ctx.catalog.resolve(sites, all_sites=not sites)
+        size, why = auto_size(ctx.catalog, names, flavor or "full", spares, instance)
+        if size < 1:
+            raise EnvctlError(f"--instances auto: not even one instance fits ({why})",
+                              "free memory, serve fewer --sites, pass --spares 0, or give --instances N")
+        click.echo(f"--instances auto: {why}", err=True)
+    else:
+        try:
+            size = int(instances)
+        except ValueError:
+            raise UsageError(f"--instances {instances[:20]!r} is not a number", "give 1 to 64, or 'auto'") from None
+        if not 1 <= size <= 64:
+            raise UsageError(f"--instances {size} is out of range", "give 1 to 64, or 'auto'")
+    names = ctx.catalog.resolve(sites, all_sites=not sites)
+    top = max(p for n in names for p in ctx.catalog.site(n).public_ports().values())
+    if top + base_offset + 1000 * (size - 1) > 65535:
+        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need ports up to "
+                         f"{top + base_offset + 1000 * (size - 1)}, past 65535",
+                         "give a lower --base-offset or fewer --instances")
+    return size
 
 
 @cli.command("_replenish", hidden=True)
@@ -1061,9 +1114,12 @@ def cloud_down(lab: str, region: str | None, as_json: bool) -> None:
 @click.option("--token", default=None, envvar="ENVCTL_SERVE_TOKEN",
               help="required as http://host:port/<token>/... or 'Authorization: Bearer'; generated into "
                    "<state dir>/serve-<lab>.token when --bind is not loopback (ENVCTL_SERVE_TOKEN)")
+@click.option("--max-lease", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+              help="reclaim (and reset) a lease held longer than this many seconds, even while it heartbeats")
 @json_option
 @pass_ctx
-def cloud_serve(ctx: Ctx, lab: str, host: str, port: int | None, token: str | None, as_json: bool) -> None:
+def cloud_serve(ctx: Ctx, lab: str, host: str, port: int | None, token: str | None, max_lease: float | None,
+                as_json: bool) -> None:
     """A lab is one pool: lease the instances of every host of LAB (POST /leases, DELETE /leases/ID,
     GET /leases, /metrics); 'envctl lease ... --instance LAB' talks to it."""
     from envctl import cloud as cloudlab
@@ -1077,15 +1133,16 @@ def cloud_serve(ctx: Ctx, lab: str, host: str, port: int | None, token: str | No
         validate_token(token)
     port = port or ctx.catalog.reset_server.port
     say = (lambda m: click.echo(m, err=True))
-    pool = cloudlab.pool(lab, log=say)
+    pool = cloudlab.pool(lab, log=say, max_lease=max_lease)
+    remotes = pool.store.remotes  # type: ignore[attr-defined]
     server = serve_pool(lab, pool, host, port, token, say=say)
     shown = f"http://{host}:{server.server_address[1]}"  # without the token path: it is a secret
     if as_json:
         emit_json({"lab": lab, "url": shown, "token": bool(token or server.token),  # type: ignore[attr-defined]
-                   "instances": [{"host": r.host, "instance": r.instance} for r in pool.remotes.values()]})
+                   "instances": [{"host": r.host, "instance": r.instance} for r in remotes.values()]})
     else:
-        click.echo(f"envctl lease server for lab '{lab}' on {shown} ({len(pool.remotes)} instances on "
-                   f"{len({r.host for r in pool.remotes.values()})} hosts); "
+        click.echo(f"envctl lease server for lab '{lab}' on {shown} ({len(remotes)} instances on "
+                   f"{len({r.host for r in remotes.values()})} hosts); "
                    f"'envctl lease acquire --instance {lab}' leases one", err=True)
     pool.start()
     try:
@@ -1095,56 +1152,74 @@ def cloud_serve(ctx: Ctx, lab: str, host: str, port: int | None, token: str | No
         server.server_close()
 
 
-# -- leases (issue #16) --------------------------------------------------------------------------------
+# -- leases (docs/architecture.md, "Leases") ------------------------------------------------------------
 @cli.group()
 def lease() -> None:
-    """Isolated instances on lease from 'envctl serve --instances N' (the instance names the pool)."""
+    """Isolated, verified-pristine instances on lease from 'envctl serve --instances N' (--instance
+    names the pool) or 'envctl cloud serve --lab L' (--instance L); $ENVCTL_LEASE_SERVER overrides."""
 
 
-def _lease_server(instance: str) -> str:
-    from envctl.serve import running_server_url
+def _lease_client(instance: str) -> Any:
+    from envctl.leases.client import LeaseClient, find_server
 
-    url = running_server_url(instance)
+    return LeaseClient(find_server(None, instance))
+
+
+def _pool_leases(instance: str) -> dict[str, Any] | None:
+    """What the lease server of ``instance`` (a pool) says, when one runs; None otherwise."""
+    from envctl.leases.client import running_server_url
+
+    try:
+        url = running_server_url(instance)
+    except UsageError:
+        return None
     if url is None:
-        raise EnvctlError(f"no lease server runs for pool '{instance}'",
-                          f"start one with 'envctl serve --instance {instance} --instances N --flavor F'")
-    return url
-
-
-def _lease_call(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 900) -> Any:
-    import requests
+        return None
+    from envctl.leases.client import LeaseClient
 
     try:
-        r = requests.request(method, url, json=body, timeout=timeout)
-    except requests.RequestException as exc:
-        raise EnvctlError(f"the lease server did not answer: {type(exc).__name__}", "is 'envctl serve' running?") from None
-    try:
-        data = r.json()
-    except ValueError:
-        data = {"error": r.text.strip()[:300]}
-    if r.status_code == 503:
-        raise EnvctlError(data.get("error", "no free instance"),
-                          f"retry in {r.headers.get('Retry-After', '5')}s (or pass --wait SECONDS)")
-    if r.status_code >= 400:
-        err = data.get("error", r.text[:300]) if isinstance(data, dict) else r.text[:300]
-        raise (UsageError if r.status_code == 400 else EnvctlError)(err)
-    return data
+        data = LeaseClient(url).listing()
+    except EnvctlError:
+        return None
+    return data if isinstance(data, dict) and "instances" in data else None
+
+
+def _show_pool(instance: str, data: dict[str, Any]) -> None:
+    from envctl.render import table
+
+    table(f"pool {instance}", ["instance", "state", "lease", "holder", "sites", "expires in"],
+          [[r["instance"], r["state"] + (f" ({r['error'][:60]})" if r.get("error") else ""), r.get("id", ""),
+            r.get("holder", ""), ",".join(r.get("lease_sites") or r.get("sites") or []),
+            f"{r['seconds_left']:.0f}s" if r.get("seconds_left") is not None else ""] for r in data["instances"]])
+    s = data["summary"]
+    resets = ", ".join(f"{t}: {v['count']} (mean {v['mean_s']}s, {v['failed']} failed)" for t, v in s["resets"].items())
+    turn = s.get("turnaround") or {}
+    click.echo(("pool starting; " if s.get("starting") else "")
+               + f"leases active {s['leases_active']}, free {s['leases_free']}; acquired {s['acquired']}, "
+               f"released {s['released']}, expired {s['expired']}, reclaimed {s.get('reclaimed', 0)}, "
+               f"refused {s['rejected']}; dirty instances caught {s.get('dirty_found', 0)}")
+    click.echo(f"resets: {resets or 'none'}; release to free: p50 {turn.get('p50_s')}s p95 {turn.get('p95_s')}s "
+               f"({turn.get('count', 0)}); heals: {sum(s['heals'].values())} {s['heals'] or ''}; "
+               f"spares ready: {s['spares_ready'] or 'none'}")
 
 
 @lease.command("acquire")
 @click.option("--sites", default=None, help="comma-separated sites the lease needs [all of the instance's]")
 @click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=600.0, show_default=True, callback=_finite,
-              help="seconds until the lease expires unless its heartbeat extends it")
+              help="seconds until the lease expires unless a heartbeat ('envctl lease heartbeat') extends it")
 @click.option("--wait", type=click.FloatRange(0, 3600), default=0.0, callback=_finite,
               help="wait up to this many seconds for a free instance")
+@click.option("--max-seconds", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+              help="the server reclaims the lease this long after it was granted, heartbeats or not")
 @click.option("--holder", default="", help="who holds the lease (shown by 'lease list')")
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "browsergym"]), default="shell", show_default=True)
 @click.option("--out", default=None, help="also write the login state files (storage_state) into this folder")
 @instance_option
 @json_option
-def lease_acquire(sites: str | None, ttl: float, wait: float, holder: str, fmt: str, out: str | None, instance: str,
-                  as_json: bool) -> None:
-    """Lease a free, healthy instance; print its variables (ENVCTL_LEASE is the id to release)."""
+def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float | None, holder: str, fmt: str,
+                  out: str | None, instance: str, as_json: bool) -> None:
+    """Lease a free instance whose every site verifies pristine; print its variables (ENVCTL_LEASE is
+    the id to release). If anything fails after the lease was granted, it is given back."""
     import json as _json
     import shlex
 
@@ -1154,22 +1229,54 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, holder: str, fmt: 
     ctx_obj = click.get_current_context().find_object(Ctx)
     if names and ctx_obj is not None:
         ctx_obj.catalog.resolve(names)  # a typo is refused before the server is asked
-    data = _lease_call("POST", f"{_lease_server(instance)}/leases",
-                       {"sites": names or None, "ttl": ttl, "wait": wait, "holder": holder or f"cli pid {os.getpid()}"},
-                       timeout=wait + 900)
-    if out:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for fname, state in (data.get("auth") or {}).items():
-            write_private(folder / Path(fname).name, _json.dumps(state))
-    if as_json or fmt == "json":
+    client = _lease_client(instance)
+    folder = Path(out) if out else None
+    if folder is not None and folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {out} is not a folder", "give a folder for the login state files")
+    lease = client.acquire(names or None, ttl=ttl, wait=wait, holder=holder or f"cli pid {os.getpid()}",
+                           max_seconds=max_seconds)
+    try:
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                for fname, state in (lease.auth or {}).items():
+                    write_private(folder / Path(fname).name, _json.dumps(state))
+            except OSError as exc:
+                raise EnvctlError(f"cannot write the login state into {out}: {exc.strerror or exc}",
+                                  "give a writable folder with --out") from None
+        data = lease.to_dict()
+        if as_json or fmt == "json":
+            from envctl.render import emit_json
+
+            return emit_json(data)
+        env = data.get("env") or {}
+        if fmt == "browsergym":
+            env = {k: v for k, v in env.items() if k.startswith(("WA_", "VWA_")) or k.startswith("ENVCTL_")}
+        click.echo("".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items()), nl=False)
+    except BaseException:
+        try:
+            client.release(lease.id)
+            click.echo(f"note: lease {lease.id} given back (the command failed after it was granted)", err=True)
+        except EnvctlError as exc:
+            click.echo(f"warning: lease {lease.id} could not be given back ({str(exc).splitlines()[0]}); "
+                       f"release it with 'envctl lease release {lease.id} --instance {instance}'", err=True)
+        raise
+
+
+@lease.command("heartbeat")
+@click.argument("lease_id")
+@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+              help="a new time to live in seconds [the lease's own]")
+@instance_option
+@json_option
+def lease_heartbeat(lease_id: str, ttl: float | None, instance: str, as_json: bool) -> None:
+    """Extend a lease (exit 1 with why when it already ended: expired, reclaimed or released)."""
+    data = _lease_client(instance).heartbeat(lease_id, ttl)
+    if as_json:
         from envctl.render import emit_json
 
         return emit_json(data)
-    env = data.get("env") or {}
-    if fmt == "browsergym":
-        env = {k: v for k, v in env.items() if k.startswith(("WA_", "VWA_")) or k.startswith("ENVCTL_")}
-    click.echo("".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items()), nl=False)
+    click.echo(f"lease {lease_id} on {data.get('instance')}: expires in {data.get('seconds_left', 0):.0f}s")
 
 
 @lease.command("release")
@@ -1177,8 +1284,9 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, holder: str, fmt: 
 @instance_option
 @json_option
 def lease_release(lease_id: str, instance: str, as_json: bool) -> None:
-    """Give a lease back; its sites are reset and verified before the instance is leased again."""
-    data = _lease_call("DELETE", f"{_lease_server(instance)}/leases/{lease_id}")
+    """Give a lease back; every site of its instance that does not verify (and the leased ones) is
+    reset before the instance is leased again."""
+    data = _lease_client(instance).release(lease_id)
     if as_json:
         from envctl.render import emit_json
 
@@ -1190,22 +1298,13 @@ def lease_release(lease_id: str, instance: str, as_json: bool) -> None:
 @instance_option
 @json_option
 def lease_list(instance: str, as_json: bool) -> None:
-    """The pool's instances, their leases, and the figures of GET /metrics."""
-    from envctl.render import emit_json, table
+    """The pool's instances, their leases (holder, expiry), and the figures of GET /metrics."""
+    from envctl.render import emit_json
 
-    data = _lease_call("GET", f"{_lease_server(instance)}/leases")
+    data = _lease_client(instance).listing()
     if as_json:
         return emit_json(data)
-    table(f"pool {instance}", ["instance", "state", "lease", "holder", "sites", "expires in"],
-          [[r["instance"], r["state"] + (f" ({r['error'][:60]})" if r.get("error") else ""), r.get("id", ""),
-            r.get("holder", ""), ",".join(r.get("lease_sites") or r.get("sites") or []),
-            f"{r['seconds_left']:.0f}s" if r.get("seconds_left") is not None else ""] for r in data["instances"]])
-    s = data["summary"]
-    resets = ", ".join(f"{t}: {v['count']} (mean {v['mean_s']}s, {v['failed']} failed)" for t, v in s["resets"].items())
-    click.echo(f"leases active {s['leases_active']}, free {s['leases_free']}; acquired {s['acquired']}, "
-               f"released {s['released']}, expired {s['expired']}, refused {s['rejected']}")
-    click.echo(f"resets: {resets or 'none'}; heals: {sum(s['heals'].values())} {s['heals'] or ''}; "
-               f"spares ready: {s['spares_ready'] or 'none'}")
+    _show_pool(instance, data)
 
 
 def main() -> None:

@@ -114,6 +114,7 @@ class Status:
     port_offset: int
     sites: list[SiteStatus]
     running: bool = True
+    lease: dict[str, Any] = field(default_factory=dict)  # pool, state, holder, sites, expires (a pool member)
 
     @property
     def healthy(self) -> bool:
@@ -687,7 +688,11 @@ class Lab:
             rows.append(SiteStatus(site_name, inst.settings.deployment.url(site) + site.url_path, inst.flavor, ok,
                                    [p.to_dict() for p in probes], containers, len(table.spares.get(site_name, []))))
         s = inst.settings
-        return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows)
+        lease: dict[str, Any] = {k: table.lease[k] for k in ("pool", "state", "holder", "sites", "expires", "max_seconds")
+                 if k in table.lease}
+        if table.lease.get("id"):
+            lease["id"] = str(table.lease["id"])[:8] + "…"  # enough to tell leases apart; the id releases it
+        return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows, lease=lease)
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, sites: list[str] | None = None, *, volumes: bool = False) -> DownResult:
@@ -784,74 +789,23 @@ class Lab:
                                     lab.sites_up(), lab.env("webarena", s), lab.env("visualwebarena", s)))
         return out
 
-    # -- leases (issue #16) ----------------------------------------------------------------------
+    # -- leases (docs/architecture.md, "Leases") --------------------------------------------------
     @classmethod
     def lease(cls, sites: list[str] | None = None, *, pool: str | None = None, ttl: float = 600.0,
               server: str | None = None, wait: float = 0.0, holder: str = "",
-              catalog: Catalog | None = None) -> Any:
-        """Lease an isolated instance for a ``with`` block; released (reset, verified) when it ends::
+              max_seconds: float | None = None) -> Any:
+        """Lease an isolated, verified-pristine instance for a ``with`` block; released when it ends::
 
             with Lab.lease(sites=["reddit"]) as lease:
                 lease.env["WA_REDDIT"], lease.auth["reddit_state.json"], lease.instance
+                lease.check()  # raises LeaseLost at once if the lease ended under us
 
-        From the ``envctl serve`` at ``server`` (or ``$ENVCTL_LEASE_SERVER``; its URL with the token
-        path, if any) when given; else straight from the engine, from the instances of pool ``pool``
-        (``$ENVCTL_POOL``, default "default"; see :mod:`envctl.leases`), and then the release resets
-        the sites before the block is left. A thread heartbeats every ttl/3 meanwhile."""
-        import contextlib
+        From the lease server at ``server`` (or ``$ENVCTL_LEASE_SERVER``; its URL with the token path,
+        if any), else the running ``envctl serve --instances N`` of pool ``pool`` (``$ENVCTL_POOL``,
+        default "default"). A thread heartbeats every ttl/3; ``LeaseLost`` is raised when the lease
+        expired, was reclaimed (``max_seconds``, ``serve --max-lease``) or released by someone else;
+        a release the server refuses is an error. See :mod:`envctl.leases.client`."""
+        from envctl.leases.client import LeaseClient, find_server, held
 
-        import requests
-
-        from envctl.leases import Lease, NoFreeInstance, Pool, auth_dir
-
-        server = server or os.environ.get("ENVCTL_LEASE_SERVER") or None
-        name = pool or os.environ.get("ENVCTL_POOL") or "default"
-
-        @contextlib.contextmanager
-        def held() -> Iterator[Lease]:
-            stop = threading.Event()
-            if server:
-                base = server.rstrip("/")
-                r = requests.post(f"{base}/leases", json={"sites": sites, "ttl": ttl, "holder": holder, "wait": wait},
-                                  timeout=wait + 600)
-                if r.status_code == 503:
-                    raise NoFreeInstance(r.json().get("error", "no free instance"),
-                                         int(r.headers.get("Retry-After") or 5))
-                if r.status_code != 201:
-                    raise EnvctlError(f"lease server {base.split('//')[-1].split('/')[0]} answered "
-                                      f"{r.status_code}: {r.text[:300]}")
-                raw = r.json()
-                lease = Lease(**{k: raw[k] for k in Lease.__dataclass_fields__ if k in raw})
-
-                def beat() -> None:
-                    requests.post(f"{base}/leases/{lease.id}/heartbeat", json={}, timeout=30)
-
-                def release() -> None:
-                    requests.delete(f"{base}/leases/{lease.id}", timeout=60)
-            else:
-                cat = catalog or load_catalog(None)
-                local = Pool(name, lambda n: cls(cat, instance=n, auth_dir=auth_dir(n)), log=lambda _m: None)
-                local.load(resume=False)
-                lease = local.acquire(sites, ttl=ttl, holder=holder or f"pid {os.getpid()}", wait=wait)
-
-                def beat() -> None:
-                    local.heartbeat(lease.id)
-
-                def release() -> None:
-                    local.release(lease.id, background=False)
-
-            def heartbeats() -> None:
-                while not stop.wait(max(1.0, ttl / 3)):
-                    try:
-                        beat()
-                    except Exception:  # noqa: BLE001 - the next beat retries; expiry is the backstop
-                        pass
-
-            threading.Thread(target=heartbeats, daemon=True).start()
-            try:
-                yield lease
-            finally:
-                stop.set()
-                release()
-
-        return held()
+        client = LeaseClient(find_server(server, pool))
+        return held(client, sites, ttl=ttl, wait=wait, holder=holder, max_seconds=max_seconds)

@@ -10,16 +10,11 @@
 - ``POST /reset/<site>`` -> the site's reset, synchronously, as JSON.
 - ``GET /status.json`` -> instance status with the last reset results.
 
-Leases (issue #16; with a pool, ``envctl serve --instances N``, see :mod:`envctl.leases`):
+- ``GET /verify.json`` -> every site up: probes and whether it verifies pristine (a lab's lease
+  server asks it before handing the instance out).
 
-- ``POST /leases`` (JSON body, all optional: ``sites``, ``ttl`` seconds, ``holder``, ``wait`` seconds)
-  -> 201 ``{"id", "instance", "sites", "env", "auth", "full_reset", "expires", ...}`` once the leased
-  instance is healthy, or 503 with ``Retry-After`` when none is free;
-- ``POST /leases/<id>/heartbeat`` (optional ``ttl``) extends it; ``DELETE /leases/<id>`` returns it
-  (its sites are reset and verified in the background before the next lease); ``GET /leases`` lists;
-- ``GET /leases/<id>/reset`` and ``GET /leases/<id>/status``: BrowserGym's protocol for the lease's
-  own sites (the lease's ``full_reset`` URL, its ``WA_FULL_RESET``);
-- ``GET /metrics``: Prometheus text (leases, resets by tier and latency, heals, spares).
+Leases (with a pool, ``envctl serve --instances N``): the routes of :mod:`envctl.leases.http`; the
+pool is :mod:`envctl.leases.pool` (docs/architecture.md, "Leases").
 
 :func:`serve_pool` serves a pool with no instance of its own (a cloud lab's, ``envctl cloud serve``):
 the lease endpoints and ``/metrics`` only.
@@ -60,7 +55,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from envctl.errors import EnvctlError, UsageError
-from envctl.leases import NoFreeInstance, NoSuchLease, Pool, auth_dir
+from envctl.leases.client import running_server_url, server_record  # noqa: F401 - re-exported
+from envctl.leases.http import LeaseRoutes, Reply, as_json
+from envctl.leases.pool import FULL_RESET_WAIT, LocalStore, Pool, auth_dir, auto_size  # noqa: F401 - auto_size re-exported
 from envctl.locks import lock_dir, write_private
 from envctl.validate import is_loopback, validate_host, validate_instance_name, validate_token
 
@@ -70,10 +67,6 @@ if TYPE_CHECKING:
 TOKEN_ENV = "ENVCTL_SERVE_TOKEN"
 STATE_CHANGING = ("/reset",)  # exact paths; plus every POST and DELETE, and a lease's /reset
 MAX_BODY = 65536
-
-
-def _record(instance: str) -> Path:
-    return lock_dir() / f"serve-{validate_instance_name(instance)}.json"
 
 
 def token_file(instance: str) -> Path:
@@ -94,27 +87,6 @@ def server_token(instance: str, given: str | None = None) -> tuple[str, Path]:
             token = secrets.token_urlsafe(32)
     write_private(path, token + "\n")
     return token, path
-
-
-def running_server_url(instance: str) -> str | None:
-    """The URL of the instance's running reset server, with its token path (``http://h:p/<token>``)
-    when it requires one; what ``WA_FULL_RESET`` is set to. None when none runs."""
-    try:
-        raw = json.loads(_record(instance).read_text())
-        os.kill(int(raw["pid"]), 0)
-        url = str(raw["url"])
-    except (OSError, ValueError, KeyError, TypeError, UsageError):
-        return None
-    if raw.get("token_file"):
-        try:
-            token = validate_token(Path(raw["token_file"]).read_text().strip())
-        except (OSError, UsageError):
-            return url  # the token is not ours to read: the bare URL, which answers 403
-        return f"{url}/{token}"
-    return url
-
-
-FULL_RESET_WAIT = 600.0  # BrowserGym's own limit for a full reset
 
 
 class ResetService:
@@ -165,27 +137,95 @@ def _same_origin(origin: str, host: str) -> bool:
 
 def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, sites: list[str] | None = None,
               spares: int | None = None, heal_after: float = 60.0, base_offset: int = 10000,
+              max_lease: float | None = None, bind: str = "127.0.0.1",
               say: Callable[[str], None] | None = None) -> Pool:
-    """The lease pool named after ``lab``'s instance: members ``<instance>-1`` … ``-N``, each a Lab
-    with its own login state folder. Call ``start()`` on it (it brings missing members up)."""
+    """The lease pool named after ``lab``'s instance: members ``<instance>-1`` … ``-N`` on this engine,
+    each a Lab with its own login state folder. Call ``start()`` on it (it brings members up)."""
     from envctl.lab import Lab
 
     def make(name: str) -> Lab:
         return Lab(lab.catalog, catalog_path=lab.catalog_path, instance=name, auth_dir=auth_dir(name))
 
-    return Pool(lab.instance, make, size=instances, flavor=flavor, sites=sites, spares=spares,
-                heal_after=heal_after, base_offset=base_offset, log=say or _stderr)
+    store = LocalStore(make, size=instances, flavor=flavor, sites=sites, spares=spares, base_offset=base_offset,
+                       bind=bind)
+    return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, log=say or _stderr)
+
+
+class InstanceRoutes:
+    """The reset server of one instance: BrowserGym's protocol, per-site resets, status and verification."""
+
+    def __init__(self, service: ResetService) -> None:
+        self.service = service
+
+    def __call__(self, method: str, path: str, query: dict[str, list[str]]) -> Reply:
+        if method == "GET" and path == "/reset":
+            return self.reset(query)
+        if method == "GET" and path == "/status":
+            return self.status()
+        if method == "GET" and path == "/status.json":
+            return self.status_json()
+        if method == "GET" and path == "/verify.json":
+            return self.verify_json()
+        if method == "POST" and path.startswith("/reset/"):
+            return self.reset_site(path.split("/", 2)[2])
+        return Reply(404 if method == "GET" else 405, "not found")
+
+    def reset(self, query: dict[str, list[str]]) -> Reply:
+        service = self.service
+        if not service.start_full_reset():
+            return Reply(418, "Reset already ongoing")
+        if query.get("wait", ["1"])[0] != "0":
+            service.done.wait(FULL_RESET_WAIT)  # the reset itself is bounded by the sites' deadlines
+        return Reply(200, "Reset initiated")
+
+    def status(self) -> Reply:
+        service = self.service
+        if service.running:
+            return Reply(200, "Reset ongoing")
+        if service.error:
+            return Reply(500, service.error)
+        return Reply(200, "Ready for duty!")
+
+    def status_json(self) -> Reply:
+        service = self.service
+        st = service.lab.status()
+        return as_json(200, {"running": service.running, "error": service.error, "last": service.last,
+                             "instance": st.to_dict()})
+
+    def verify_json(self) -> Reply:
+        """Every site up: its probes and whether it verifies pristine (what a lab's lease server asks
+        before it hands this instance out)."""
+        lab = self.service.lab
+        out: dict[str, dict[str, Any]] = {}
+        for site in lab.sites_up():
+            ok, why = True, ""
+            try:
+                v = lab.verify(site)
+                ok, why = v.ok, "; ".join(v.differences[:2])
+            except EnvctlError as exc:
+                ok, why = False, str(exc).splitlines()[0]
+            out[site] = {"ok": ok, "why": why}
+        return as_json(200, {"running": self.service.running, "sites": out})
+
+    def reset_site(self, site: str) -> Reply:
+        try:
+            results = self.service.lab.reset([site])
+        except EnvctlError as exc:
+            return as_json(400, {"error": str(exc).splitlines()[0]})
+        return as_json(200 if all(r.ok for r in results) else 500, [r.to_dict() for r in results])
 
 
 def make_handler(service: ResetService | None, token: str | None, *, loopback: bool = True,
                  pool: Pool | None = None) -> type[BaseHTTPRequestHandler]:
     """The request handler; ``token`` None = no token (only allowed on a loopback bind); ``pool``
-    adds the lease endpoints and ``/metrics``. Without ``service`` (a lab's lease server, which has no
+    adds the lease routes and ``/metrics``. Without ``service`` (a lab's lease server, which has no
     instance of its own) ``/reset``, ``/status`` and ``POST /reset/SITE`` answer 404."""
     secret = token.encode() if token else None
+    instance_routes = InstanceRoutes(service) if service is not None else None
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "envctl-serve"
+        lease_routes: LeaseRoutes | None = None
 
         def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one line per request to stderr
             pass
@@ -204,18 +244,17 @@ def make_handler(service: ResetService | None, token: str | None, *, loopback: b
 
                 where = write_debug_log(traceback.format_exc())
                 try:
-                    self._send(500, f"internal error: {type(exc).__name__}: {exc}" + (f" (traceback in {where})"
-                                                                                       if where else ""))
+                    self._reply(Reply(500, f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+                                           + (f" (traceback in {where})" if where else "")))
                 except OSError:
                     pass
 
-        def _send(self, code: int, body: str, ctype: str = "text/plain; charset=utf-8",
-                  headers: dict[str, str] | None = None) -> None:
-            data = body.encode()
-            self.send_response(code)
-            for k, v in (headers or {}).items():
+        def _reply(self, reply: Reply) -> None:
+            data = reply.body.encode()
+            self.send_response(reply.code)
+            for k, v in reply.headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Type", reply.ctype)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
@@ -248,156 +287,63 @@ def make_handler(service: ResetService | None, token: str | None, *, loopback: b
             """The path to serve, or None after answering 403."""
             path, authed = self._route()
             if secret and not authed and not (loopback and method == "GET" and path == "/status"):
-                self._send(403, "forbidden: this reset server needs its token (http://host:port/<token>/reset, "
-                                "or Authorization: Bearer <token>); 'envctl env --format browsergym' shows the URL")
+                self._reply(Reply(403, "forbidden: this reset server needs its token (http://host:port/<token>/reset, "
+                                       "or Authorization: Bearer <token>); 'envctl env --format browsergym' shows the URL"))
                 return None
             if not secret and loopback:
                 host = _host_name(self.headers.get("Host") or "localhost")
                 if not is_loopback(host):
-                    self._send(403, f"forbidden: Host {host[:100]!r} is not a loopback name (use 127.0.0.1 or localhost)")
+                    self._reply(Reply(403, f"forbidden: Host {host[:100]!r} is not a loopback name (use 127.0.0.1 or localhost)"))
                     return None
             if method in ("POST", "DELETE") or path in STATE_CHANGING or (
                     path.startswith("/leases/") and path.endswith("/reset")):
                 why = self._cross_site()
                 if why:
-                    self._send(403, f"forbidden: resets are not accepted from web pages of another origin ({why})")
+                    self._reply(Reply(403, f"forbidden: resets are not accepted from web pages of another origin ({why})"))
                     return None
             return path
 
-        def do_GET(self) -> None:  # noqa: N802
-            path = self._allowed("GET")
-            if path is None:
-                return
-            if pool is not None and (path == "/metrics" or path == "/leases" or path.startswith("/leases/")):
-                self._leases("GET", path)
-            elif service is None:
-                self._send(404, "not found: this lease server has no instance of its own; reset a lease "
-                                "through its full_reset URL")
-            elif path == "/reset":
-                if service.start_full_reset():
-                    if parse_qs(urlparse(self.path).query).get("wait", ["1"])[0] != "0":
-                        service.done.wait(FULL_RESET_WAIT)  # the reset itself is bounded by the sites' deadlines
-                    self._send(200, "Reset initiated")
-                else:
-                    self._send(418, "Reset already ongoing")
-            elif path == "/status":
-                if service.running:
-                    self._send(200, "Reset ongoing")
-                elif service.error:
-                    self._send(500, service.error)
-                else:
-                    self._send(200, "Ready for duty!")
-            elif path == "/status.json":
-                st = service.lab.status()
-                self._send(200, json.dumps({"running": service.running, "error": service.error, "last": service.last,
-                                            "instance": st.to_dict()}, default=str), "application/json")
-            else:
-                self._send(404, "not found")
+        def _body(self) -> bytes:
+            from envctl.errors import UsageError
 
-        def do_POST(self) -> None:  # noqa: N802
-            path = self._allowed("POST")
-            if path is None:
-                return
-            if path.startswith("/reset/") and service is not None:
-                site = path.split("/", 2)[2]
-                try:
-                    results = service.lab.reset([site])
-                    self._send(200 if all(r.ok for r in results) else 500,
-                               json.dumps([r.to_dict() for r in results]), "application/json")
-                except Exception as exc:  # noqa: BLE001
-                    self._send(400, json.dumps({"error": str(exc)}), "application/json")
-            elif pool is not None and (path == "/leases" or path.startswith("/leases/")):
-                self._leases("POST", path)
-            else:
-                self._send(404, "not found")
-
-        def do_DELETE(self) -> None:  # noqa: N802
-            path = self._allowed("DELETE")
-            if path is None:
-                return
-            if pool is not None and path.startswith("/leases/"):
-                self._leases("DELETE", path)
-            else:
-                self._send(404, "not found")
-
-        # -- leases ------------------------------------------------------------------------------
-        def _json(self, code: int, data: Any, headers: dict[str, str] | None = None) -> None:
-            self._send(code, json.dumps(data, default=str), "application/json", headers)
-
-        def _body(self) -> dict[str, Any]:
             try:
                 size = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 raise UsageError("invalid Content-Length") from None
-            if size > MAX_BODY:
+            if size > MAX_BODY or size < 0:
                 raise UsageError(f"request body over {MAX_BODY} bytes")
-            raw = self.rfile.read(size) if size > 0 else b""
-            if not raw.strip():
-                return {}
-            try:
-                data = json.loads(raw)
-            except ValueError:
-                raise UsageError("the request body is not JSON", 'send e.g. {"sites": ["reddit"], "ttl": 600}') from None
-            if not isinstance(data, dict):
-                raise UsageError("the request body must be a JSON object")
-            return data
+            return self.rfile.read(size) if size > 0 else b""
 
-        def _leases(self, method: str, path: str) -> None:
-            assert pool is not None
-            parts = path.strip("/").split("/")
-            try:
-                if parts == ["metrics"] and method == "GET":
-                    self._send(200, pool.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
-                elif parts == ["leases"] and method == "GET":
-                    self._json(200, {"leases": pool.leases(), "instances": pool.rows(), "summary": pool.summary()})
-                elif parts == ["leases"] and method == "POST":
-                    body = self._body()
-                    sites = body.get("sites")
-                    if isinstance(sites, str):
-                        sites = [s for s in sites.split(",") if s]
-                    if sites is not None and not (isinstance(sites, list) and all(isinstance(s, str) for s in sites)):
-                        raise UsageError("'sites' must be a list of site names")
-                    base = getattr(self.server, "url", "")
-                    lease = pool.acquire(sites or None, ttl=body.get("ttl"), holder=str(body.get("holder") or
-                                                                                     self.client_address[0]),
-                                         wait=float(body.get("wait") or 0),
-                                         full_reset=lambda lid: f"{base}/leases/{lid}")
-                    self._json(201, lease.to_dict())
-                elif len(parts) == 3 and parts[0] == "leases" and parts[2] == "heartbeat" and method == "POST":
-                    body = self._body()
-                    self._json(200, pool.heartbeat(parts[1], body.get("ttl")))
-                elif len(parts) == 2 and parts[0] == "leases" and method == "DELETE":
-                    self._json(200, pool.release(parts[1]))
-                elif len(parts) == 2 and parts[0] == "leases" and method == "GET":
-                    row = next((r for r in pool.leases() if r.get("id") == parts[1]), None)
-                    if row is None:
-                        raise NoSuchLease(parts[1])
-                    self._json(200, row)
-                elif len(parts) == 3 and parts[0] == "leases" and parts[2] == "reset" and method == "GET":
-                    if pool.start_lease_reset(parts[1]):
-                        self._send(200, "Reset initiated")
-                    else:
-                        self._send(418, "Reset already ongoing")
-                elif len(parts) == 3 and parts[0] == "leases" and parts[2] == "status" and method == "GET":
-                    running, error = pool.lease_reset_status(parts[1])
-                    if running:
-                        self._send(200, "Reset ongoing")
-                    elif error:
-                        self._send(500, error)
-                    else:
-                        self._send(200, "Ready for duty!")
-                else:
-                    self._send(404 if method == "GET" else 405, "not found")
-            except NoFreeInstance as exc:
-                self._json(503, {"error": str(exc)}, {"Retry-After": str(exc.retry_after)})
-            except NoSuchLease as exc:
-                self._json(404, {"error": str(exc)})
-            except UsageError as exc:
-                self._json(400, {"error": str(exc)})
-            except (EnvctlError, ValueError, TypeError) as exc:
-                self._json(503 if isinstance(exc, EnvctlError) else 400, {"error": str(exc)},
-                           {"Retry-After": "10"} if isinstance(exc, EnvctlError) else None)
+        def _dispatch(self, method: str) -> None:
+            path = self._allowed(method)
+            if path is None:
+                return
+            query = parse_qs(urlparse(self.path).query)
+            routes = self.lease_routes
+            if routes is not None and routes.handles(path):
+                def body() -> bytes:
+                    return self._body()
+                try:
+                    self._reply(routes(method, path, query, body, self.client_address[0]))
+                except UsageError as exc:
+                    self._reply(as_json(400, {"error": str(exc).splitlines()[0]}))
+            elif instance_routes is None:
+                self._reply(Reply(404, "not found: this lease server has no instance of its own; reset a lease "
+                                       "through its full_reset URL"))
+            else:
+                self._reply(instance_routes(method, path, query))
 
+        def do_GET(self) -> None:  # noqa: N802
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._dispatch("POST")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._dispatch("DELETE")
+
+    if pool is not None:
+        Handler.lease_routes = LeaseRoutes(pool, lambda: "")
     return Handler
 
 
@@ -421,7 +367,7 @@ def serve(lab: "Lab", host: str = "127.0.0.1", port: int = 7565, token: str | No
 
 def serve_pool(name: str, pool: Pool, host: str = "127.0.0.1", port: int = 7565, token: str | None = None,
                ready: threading.Event | None = None, say: Callable[[str], None] = _stderr) -> ThreadingHTTPServer:
-    """A lease server with no instance of its own (a cloud lab's pool, :class:`envctl.leases.LabPool`):
+    """A lease server with no instance of its own (a cloud lab's pool, :class:`envctl.cloud.pool.LabStore`):
     the lease endpoints and ``/metrics`` only. Recorded under ``name`` (the lab), so
     ``envctl lease acquire --instance <lab>`` finds it; its token, when it has one, in
     ``<state dir>/serve-<lab>.token``."""
@@ -447,7 +393,8 @@ def _bind(name: str, service: ResetService | None, host: str, port: int, token: 
         else:
             say(f"reset server token: {path}")
     try:
-        server = ThreadingHTTPServer((host, port), make_handler(service, token, loopback=loopback, pool=pool))
+        handler = make_handler(service, token, loopback=loopback, pool=pool)
+        server = ThreadingHTTPServer((host, port), handler)
     except OSError as exc:
         raise EnvctlError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
                          "pick a free port with --port, or stop what listens there") from None
@@ -458,8 +405,12 @@ def _bind(name: str, service: ResetService | None, host: str, port: int, token: 
         shown = f"[{shown}]"
     url = f"http://{shown}:{server.server_address[1]}"
     record = {"pid": os.getpid(), "url": url, "token_file": str(path) if path else None}
-    write_private(_record(name), json.dumps(record))
+    write_private(server_record(name), json.dumps(record))
+    server.daemon_threads = True  # a request waiting on a reset does not hold the process at exit
     server.url = f"{url}/{token}" if token else url  # type: ignore[attr-defined]
+    routes = getattr(handler, "lease_routes", None)
+    if routes is not None:
+        routes.base_url = lambda: server.url  # type: ignore[attr-defined]
     server.token = token  # type: ignore[attr-defined]
     server.token_file = path  # type: ignore[attr-defined]
     if ready:

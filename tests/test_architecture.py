@@ -17,8 +17,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("envctl.healthchecks", "envctl.images", "envctl.provision", "envctl.plan"),  # provision: the local engine
     ("envctl.instance",),
     ("envctl.state", "envctl.auth", "envctl.smoke"),
-    ("envctl.lab", "envctl.leases"),  # the local facades
-    ("envctl.cloud",),  # cloud labs (EC2, Ansible, host clusters): beside the local facades, which never import it
+    ("envctl.lab", "envctl.leases.client"),  # the facade of one instance; the lease client (HTTP only)
+    ("envctl.leases",),  # the pool and its HTTP face: above Lab, which never imports them
+    ("envctl.cloud",),  # cloud labs (EC2, Ansible, host clusters, the lab's lease store): never imported below
     ("envctl.serve", "envctl.envformat", "envctl.doctor", "envctl.render", "envctl.playbooks"),
     ("envctl.cli", "envctl.__main__", "envctl"),
 ]
@@ -140,7 +141,7 @@ def test_only_the_docker_backend_talks_to_the_engine(module: str) -> None:
 
 CLI_MAY_IMPORT = {"envctl", "envctl.errors", "envctl.catalog", "envctl.lab", "envctl.render", "envctl.envformat",
                   "envctl.doctor", "envctl.serve", "envctl.images", "envctl.smoke", "envctl.cloud", "envctl.locks",
-                  "envctl.validate", "envctl.plan"}
+                  "envctl.validate", "envctl.plan", "envctl.leases.client"}
 
 
 def test_the_cli_calls_the_library_facades_only() -> None:
@@ -183,3 +184,16 @@ def test_only_the_cloud_package_talks_to_aws_and_ansible() -> None:
     assert not bad, "\n".join(bad) + "\ngo through envctl.cloud (aws.py for boto3, ansible.py for ansible-runner)"
     users = {lib for m, p in _modules().items() if m.startswith("envctl.cloud.") for lib in _third_party_imports(p)}
     assert {"boto3", "ansible_runner"} <= users  # the check above looks for the right names
+
+
+def test_leasing_has_one_home_and_lab_never_imports_the_pool() -> None:
+    """The pool, its HTTP face and its one client live in envctl.leases; Lab reaches only the client,
+    and no module outside envctl.leases speaks the lease protocol with its own HTTP calls."""
+    graph = _graph()
+    assert not {d for d in graph["envctl.lab"] if d.startswith("envctl.leases") and d != "envctl.leases.client"}
+    assert "envctl.leases.pool" not in graph["envctl.leases.client"]
+    for module, path in _modules().items():
+        if module.startswith("envctl.leases"):
+            continue
+        text = path.read_text()
+        assert not re.search(r"requests\.\w+\([^)]*/leases", text), f"{module} calls the lease API itself"

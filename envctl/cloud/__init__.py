@@ -14,11 +14,12 @@ from typing import Any, Callable, Sequence
 
 from envctl.catalog import load_catalog
 from envctl.errors import CloudError, UsageError
-from envctl.leases import LabPool, RemoteLab
+from envctl.leases.pool import Pool
 from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
                              validate_lab_name)
 import envctl.cloud.ec2 as ec2mod
 import envctl.cloud.hosts as labmod
+import envctl.cloud.pool as poolmod
 from envctl.cloud.hosts import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
 
 __all__ = ["up", "status", "env", "reset", "down", "pool", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
@@ -61,7 +62,8 @@ def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: st
                          progress=progress)
 
 
-def pool(lab: str, *, log: Callable[[str], None] | None = None, reset_timeout: float = 900.0) -> LabPool:
+def pool(lab: str, *, log: Callable[[str], None] | None = None, reset_timeout: float = 900.0,
+         max_lease: float | None = None) -> Pool:
     """The lab as one lease pool: every instance of every host (from the manifest: its URLs and its
     host's reset server, with the lab's token). Serve it with ``envctl.serve.serve_pool`` and call
     ``start()`` on it. Lease records are kept in ``<labs dir>/<lab>.leases.json`` (0600)."""
@@ -69,7 +71,7 @@ def pool(lab: str, *, log: Callable[[str], None] | None = None, reset_timeout: f
     catalog = load_catalog()
     sites = catalog.resolve(None if m.sites == "all" else m.sites.split(","))
     port = catalog.reset_server.port
-    members: list[RemoteLab] = []
+    members: list[poolmod.RemoteLab] = []
     for h in m.hosts:
         for inst in h.instances:
             env = {k: str(v) for k, v in (inst.env or {}).items() if isinstance(v, (str, int))}
@@ -78,9 +80,10 @@ def pool(lab: str, *, log: Callable[[str], None] | None = None, reset_timeout: f
             url = env.get("WA_FULL_RESET") or (
                 f"http://{h.public_host or h.address}:{port + inst.port_offset}/{m.serve_token}" if m.serve_token else "")
             if url:
-                members.append(RemoteLab(h.name, inst.instance, env, url, sites, catalog, reset_timeout=reset_timeout))
+                members.append(poolmod.RemoteLab(h.name, inst.instance, env, url, sites, catalog, reset_timeout=reset_timeout))
     if not members:
         raise CloudError(f"lab {lab} has no instance with a reset server to lease",
                          f"run 'envctl cloud up --lab {lab}' again, or see 'envctl cloud status --lab {lab}'")
     kwargs: dict[str, Any] = {"log": log} if log else {}
-    return LabPool(lab, members, labmod.lab_file(lab, ".leases.json"), **kwargs)
+    store = poolmod.LabStore(members, labmod.lab_file(lab, ".leases.json"))
+    return Pool(lab, store, max_lease=max_lease, **kwargs)

@@ -504,7 +504,7 @@ def down(lab: str, *, ec2: Any = None, region: str | None = None, progress: Prog
         m = None
         if not region:
             raise
-    for suffix in (".leases.json", ".leases.json.lock"):  # a lab lease server's records (envctl.leases.LabPool)
+    for suffix in (".leases.json", ".leases.json.lock"):  # a lab lease server's records (envctl.cloud.pool.LabStore)
         lab_file(lab, suffix).unlink(missing_ok=True)
     if m and m.kind != "ec2":
         m.path.unlink()
