@@ -30,17 +30,17 @@ def names(combos):
 def test_plan_matches_upstream_file_names():
     cat = load_catalog()
     login_sites = files.login_sites_of(cat)
-    assert names(files.plan(cat, login_sites)) == WA | VWA
+    assert names(files.login_combos(cat, login_sites)) == WA | VWA
     wa = [s for s in login_sites if "webarena" in cat.site(s).benchmarks]
-    assert names(files.plan(cat, wa)) == WA
+    assert names(files.login_combos(cat, wa)) == WA
     vwa = [s for s in login_sites if "visualwebarena" in cat.site(s).benchmarks]
-    assert names(files.plan(cat, vwa)) == VWA
+    assert names(files.login_combos(cat, vwa)) == VWA
 
 
 def test_plan_touching_one_site_pairs_with_partners_only():
     cat = load_catalog()
-    assert names(files.plan(cat, ["gitlab"])) == {"gitlab_state.json"}
-    got = names(files.plan(cat, ["reddit"], partners=["gitlab", "shopping", "classifieds"]))
+    assert names(files.login_combos(cat, ["gitlab"])) == {"gitlab_state.json"}
+    got = names(files.login_combos(cat, ["reddit"], partners=["gitlab", "shopping", "classifieds"]))
     # reddit never pairs with shopping (one PHPSESSID on one host); gitlab.shopping does not touch reddit
     assert got == {"reddit_state.json", "gitlab.reddit_state.json", "classifieds.reddit_state.json"}
 

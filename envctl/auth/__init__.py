@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from envctl.auth.errors import AuthError, LoginPageChanged, SiteDown, StateRejected, WrongCredentials
-from envctl.auth.files import combo_of, login_combos, parse_duration, plan, state_name
+from envctl.auth.files import combo_of, login_combos, parse_duration, state_name
 from envctl.auth.run import FileResult, Report, Target, check, login
 from envctl.errors import LoginFailed
 
-__all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "login_combos", "plan", "state_name",
+__all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "login_combos", "state_name",
            "combo_of", "parse_duration", "LoginFailed", "AuthError", "SiteDown", "WrongCredentials", "LoginPageChanged", "StateRejected"]
 
 

@@ -55,7 +55,6 @@ def login_combos(catalog: Catalog, sites: Iterable[str], partners: Iterable[str]
     return singles + pairs
 
 
-plan = login_combos  # the old name, until its last callers move (not the capacity plan: envctl.plan)
 
 
 def login_order(catalog: Catalog, combo: Iterable[str]) -> list[str]:
