@@ -5,9 +5,12 @@ error, not a skip), containers publish on 127.0.0.1 and tests reach them only th
 """
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 import requests
 
 if TYPE_CHECKING:
+    from envctl.cloud.package import ControllerPackage
     from envctl.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,3 +194,197 @@ def tear_down(lab: "Lab") -> None:
         dk.remove([c.name])
     remove_instance_images(lab.instance)
 
+
+
+# -- engine work shared by several modules (issue 22) ------------------------------------------------
+#
+# A session fixture below is brought up once for every module that asks for it. The modules that use
+# one run next to each other (``pytest_collection_modifyitems``) and the fixture is taken down right
+# after its last user (``pytest_runtest_teardown``), so nothing of it is left running under the other
+# tests (the fault tests, for one, skip their engine restart while other containers run).
+
+# fixture -> the modules that use it, in the order they run (readers first, writers last)
+SHARED_USERS: dict[str, tuple[str, ...]] = {
+    "mini_all": ("test_start_pages.py", "test_demo.py", "test_lifecycle.py"),
+    "ssh_hosts": ("test_cloud_ansible.py", "test_cloud_pool.py"),
+}
+_closers: dict[str, Callable[[], None]] = {}  # fixture -> how to take it down early
+_last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs it
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the modules sharing a session fixture (whole modules, their own order kept)."""
+    for modules in SHARED_USERS.values():
+        groups = {m: [i for i in items if i.path.name == m] for m in modules}
+        if sum(1 for g in groups.values() if g) < 2:
+            continue
+        first = min(items.index(g[0]) for g in groups.values() if g)
+        moved = {id(i) for g in groups.values() for i in g}
+        rest = [i for i in items if id(i) not in moved]
+        at = sum(1 for i in items[:first] if id(i) not in moved)
+        items[:] = rest[:at] + [i for m in modules for i in groups[m]] + rest[at:]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for name in SHARED_USERS:
+        users = [i.nodeid for i in session.items if name in getattr(i, "fixturenames", ())]
+        if users:
+            _last_user[name] = users[-1]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield  # the test's own (module) fixtures first
+    for name, nodeid in _last_user.items():
+        if item.nodeid == nodeid and name in _closers:
+            _closers.pop(name)()
+
+
+def _shared(name: str, close: Callable[[], None]) -> Callable[[], None]:
+    """Register ``close`` to run after the last user of fixture ``name``; returns the idempotent closer."""
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            done.append(True)
+            close()
+
+    _closers[name] = once
+    return once
+
+
+# -- one mini 'up --all' instance: test_start_pages, test_demo, test_lifecycle's lc1 checks ----------
+
+MINI_ALL, MINI_ALL_OFFSET = "mini-all", 24000
+
+
+def envctl_cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """``python -m envctl ...`` with the built-in catalog and no default instance from the environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_CATALOG", "ENVCTL_INSTANCE")}
+    return subprocess.run([sys.executable, "-m", "envctl", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def _wait_ports_bindable(offset: int, timeout: float = 90) -> None:
+    """Every public mini port of an instance at ``offset`` can be bound (the fixed offsets reach into
+    Linux's ephemeral range, where some client socket may hold a port for a while)."""
+    from envctl.catalog import load_catalog
+
+    cat = load_catalog()
+    ports = [p.public + offset for n in cat.sites for svc in cat.site(n).services_for("mini")
+             if (p := cat.site(n).services[svc].ports) is not None]
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = []
+        for port in ports:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    busy.append(port)
+        if not busy or time.monotonic() > deadline:
+            return  # still busy: 'up' says which port and who holds it
+        time.sleep(0.5)
+
+
+class MiniAll:
+    """The shared instance: ``up`` is its ``envctl up --all --json`` result, ``auth`` its login files."""
+
+    def __init__(self, up: dict, auth: Path) -> None:
+        self.instance, self.offset, self.up, self.auth = MINI_ALL, MINI_ALL_OFFSET, up, auth
+
+
+@pytest.fixture(scope="session")
+def mini_all(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniAll]:
+    """``envctl images build --flavor mini`` then ``envctl up --all --flavor mini`` (logins recorded,
+    no spares), once per session. Tests that only read use it as it is; a test that writes must leave it
+    as it found it (through envctl's own reset), or run in the last module of SHARED_USERS["mini_all"]."""
+    built = envctl_cli("images", "build", "--flavor", "mini", "--json")
+    assert built.returncode == 0, built.stderr[-2000:]
+    auth = tmp_path_factory.mktemp("mini-all-auth")
+    close = _shared("mini_all", lambda: envctl_cli("down", "-i", MINI_ALL, "--volumes"))
+    envctl_cli("down", "-i", MINI_ALL, "--volumes")  # strays of an interrupted run
+    _wait_ports_bindable(MINI_ALL_OFFSET)
+    try:
+        up = envctl_cli("up", "--all", "--flavor", "mini", "-i", MINI_ALL, "--port-offset", str(MINI_ALL_OFFSET),
+                        "--auth-dir", str(auth), "--spares", "0", "--json")
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+        yield MiniAll(json.loads(up.stdout), auth)
+    finally:
+        close()
+
+
+# -- the SSH "hosts" and the controller wheel: test_cloud_ansible, test_cloud_pool -------------------
+
+HOSTS_DIR = Path(__file__).with_name("hosts")
+HOST_IMAGE = "envctl-test/ssh-host:1"
+
+
+class SshHost:
+    def __init__(self, name: str, port: int, key: Path) -> None:
+        self.name, self.port, self.key = name, port, key
+
+    def ssh(self, *argv: str) -> subprocess.CompletedProcess:
+        """Run argv on the host (quoted for the remote shell) through the published SSH port."""
+        return subprocess.run(
+            ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
+             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", shlex.join(argv)],
+            capture_output=True, text=True, timeout=60)
+
+
+def _wait_ssh(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                if s.recv(16).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"sshd on 127.0.0.1:{port} did not answer within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SshHost]]:
+    """Two sshd + Python + docker CLI containers (tests/hosts), once per session."""
+    subprocess.run(["docker", "build", "-q", "-t", HOST_IMAGE, str(HOSTS_DIR)], check=True, capture_output=True)
+    keydir = tmp_path_factory.mktemp("ssh")
+    key = keydir / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    pub = key.with_suffix(".pub").read_text().strip()
+    hosts: list[SshHost] = []
+    names: list[str] = []
+    close = _shared("ssh_hosts", lambda: names and subprocess.run(["docker", "rm", "-f", "-v", *names],
+                                                                  capture_output=True))
+    try:
+        for _ in range(2):
+            name, port = f"envctl-test-host-{uuid.uuid4().hex[:6]}", free_port()
+            # Host network: envctl inside publishes its proxy through the shared engine on 127.0.0.1 and
+            # probes it there, as on a real lab host; sshd listens on its own port.
+            subprocess.run(["docker", "run", "-d", "--name", name, "--label", TEST_LABEL, "--network", "host",
+                            "-e", f"SSHD_PORT={port}",
+                            "-v", "/var/run/docker.sock:/var/run/docker.sock", "-e", f"AUTHORIZED_KEY={pub}", HOST_IMAGE],
+                           check=True, capture_output=True)
+            names.append(name)
+            hosts.append(SshHost(name, port, key))
+        for h in hosts:
+            _wait_ssh(h.port)
+        yield hosts
+    finally:
+        close()
+
+
+@pytest.fixture(scope="session")
+def package(tmp_path_factory: pytest.TempPathFactory) -> "ControllerPackage":
+    """The controller's envctl built once per session (the shared tree may change between two builds)."""
+    from envctl.cloud.package import controller_wheel
+
+    return controller_wheel(tmp_path_factory.mktemp("pkg"), with_dependencies=True)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENVCTL_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"

@@ -1,41 +1,29 @@
-"""End to end, as `make demo` runs it: up --all on the mini flavor, then `envctl smoke --tasks mini`."""
+"""End to end, as `make demo` runs it: up --all on the mini flavor, then `envctl smoke --tasks mini`.
+
+The ``up --all`` is the session's shared mini instance (``mini_all`` in tests/conftest.py: the same
+``envctl images build --flavor mini`` and ``envctl up --all --flavor mini --json``, logins recorded).
+The smoke run writes, and resets every site it wrote through envctl (its tasks' own reset checks),
+so the instance is pristine again afterwards.
+"""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from conftest import MiniAll, envctl_cli as envctl
+
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow]
-INSTANCE, OFFSET = "demo-test", 23000
 
 
-def envctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envctl", *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def instance(docker_engine, tmp_path_factory):
-    build = envctl("images", "build", "--flavor", "mini", "--json")
-    assert build.returncode == 0, build.stderr
-    auth = tmp_path_factory.mktemp("auth")
-    envctl("down", "--instance", INSTANCE)
-    up = envctl("up", "--all", "--flavor", "mini", "--instance", INSTANCE, "--port-offset", str(OFFSET),
-                "--auth-dir", str(auth), "--json")
-    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
-    yield json.loads(up.stdout), auth
-    envctl("down", "--instance", INSTANCE)
-
-
-def test_up_all_then_smoke_mini_passes(instance, tmp_path):
-    result, auth = instance
+def test_up_all_then_smoke_mini_passes(mini_all: MiniAll, tmp_path):
+    result = mini_all.up
     assert {s["site"] for s in result["sites"]} == {"shopping", "shopping_admin", "reddit", "gitlab", "wikipedia",
                                                    "map", "classifieds", "homepage"}
     assert all(s["ok"] for s in result["sites"])
     assert "gitlab.reddit_state.json" in result["login_files"]
     report = tmp_path / "report"
-    r = envctl("smoke", "--tasks", "mini", "--instance", INSTANCE, "--report", str(report), "--json")
+    r = envctl("smoke", "--tasks", "mini", "--instance", mini_all.instance, "--report", str(report), "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 0, [t for t in out["tasks"] if t["status"] == "fail"]
     tasks = [t for t in out["tasks"] if not t["negative_control"]]

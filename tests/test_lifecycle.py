@@ -1,9 +1,11 @@
 """The local lifecycle end to end (issue 4): ``envctl up / down / status / health / env / logs / exec``.
 
 Real engine, mini flavor, the CLI run as a subprocess; sites are reached only through the front
-proxy's ports on 127.0.0.1. One ``up --all`` (instance ``lc1``, offset 24000) is shared by the
-module; ``lc2`` (offset 25000) is a second instance beside it; ``lc3`` is used for refusals that
-must create nothing and ``lc4`` for a site whose probe never passes.
+proxy's ports on 127.0.0.1. The checks on an ``up --all`` use the session's shared mini instance
+(``mini_all`` in tests/conftest.py, offset 24000, here ``LC1``): this module runs last of its
+users and only its repair tests write to it. ``lc2`` (offset 25000) is a second instance beside
+it; ``lc3`` is used for refusals that must create nothing and ``lc4`` for a site whose probe never
+passes.
 """
 from __future__ import annotations
 
@@ -22,15 +24,16 @@ import pytest
 import requests
 import yaml
 
+from conftest import MINI_ALL, MINI_ALL_OFFSET, MiniAll
 from envctl.catalog import BUILTIN, Catalog, load_catalog
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-LC1, LC1_OFFSET = "lc1", 24000
+LC1, LC1_OFFSET = MINI_ALL, MINI_ALL_OFFSET  # the shared instance: conftest.py brings it up and down
 LC2, LC2_OFFSET = "lc2", 25000
 LC3 = "lc3"  # refusals: nothing may ever exist for it
 LC4 = "lc4"  # offset chosen at run time: other instances come and go on this engine
-OURS = (LC1, LC2, LC3, LC4)
+OURS = (LC2, LC3, LC4)  # ours alone (LC1 is the session's)
 PHASES = ("create", "boot", "configure", "healthy")
 
 
@@ -206,13 +209,11 @@ def instances_cleanup(mini_images: Catalog) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def lc1(mini_images: Catalog, instances_cleanup: None) -> dict[str, Any]:
-    """``envctl up --all --flavor mini`` for instance lc1: the JSON result and how long it took."""
-    wait_ports_bindable(mini_images, LC1_OFFSET)
-    t = time.monotonic()
-    p, data = up_json("--all", "--flavor", "mini", "--instance", LC1, "--port-offset", str(LC1_OFFSET))
-    data["_wall"] = time.monotonic() - t
-    assert p.returncode == 0, f"up failed:\n{p.stderr[-4000:]}"
+def lc1(mini_all: MiniAll, mini_images: Catalog, instances_cleanup: None) -> dict[str, Any]:
+    """``envctl up --all --flavor mini --json`` for the shared instance: its JSON result, and the
+    containers it has when this module starts."""
+    assert mini_all.instance == LC1 and mini_all.offset == LC1_OFFSET
+    data = dict(mini_all.up)
     data["_ids"] = container_ids(LC1)
     return data
 
@@ -298,8 +299,8 @@ def test_second_up_keeps_everything_and_creates_nothing(lc1: dict[str, Any]) -> 
     assert {s["site"]: s["action"] for s in data["sites"]} == {s["site"]: "kept" for s in lc1["sites"]}
     assert container_ids(LC1) == lc1["_ids"]
     # Asking again with the same settings is fine; with other settings it is refused, not half-applied.
-    p = envctl("up", "homepage", "--instance", LC1, "--port-offset", "24001", "--no-login")
-    assert p.returncode == 2 and "port_offset=24000" in p.stderr, p.stderr
+    p = envctl("up", "homepage", "--instance", LC1, "--port-offset", str(LC1_OFFSET + 1), "--no-login")
+    assert p.returncode == 2 and f"port_offset={LC1_OFFSET}" in p.stderr, p.stderr
     assert container_ids(LC1) == lc1["_ids"]
 
 

@@ -2,11 +2,11 @@
 
 A harness's CI on the mini flavor only means something if each task opens on a real page. This
 walks the real task files, WebArena's 812 tasks (818 start URLs) and VisualWebArena's 910 (980),
-taken from the PyPI wheels ``scripts/task_pages.py`` pins, against one mini instance brought up
-with ``envctl up --all``. Each start URL is fetched with the cookies of the task's own
-``storage_state`` (as the harness would), and must answer 200 after redirects, not on a login
-page, and show the item it names: the product (from its URL key), the forum, the project, the
-article.
+taken from the PyPI wheels ``scripts/task_pages.py`` pins, against the session's mini instance
+brought up with ``envctl up --all`` (``mini_all`` in tests/conftest.py; this test only reads). Each
+start URL is fetched with the cookies of the task's own ``storage_state`` (as the harness would),
+and must answer 200 after redirects, not on a login page, and show the item it names: the product
+(from its URL key), the forum, the project, the article.
 """
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote, urlparse
 
 import pytest
 import requests
+
+from conftest import MiniAll
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -28,7 +29,6 @@ from task_pages import IMAGE_OF, start_pages, task_files  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-INSTANCE, OFFSET = "sp1", 20000
 LOGIN_PATHS = re.compile(r"/(login|users/sign_in|customer/account/login|admin/?$)|page=login")
 
 
@@ -39,21 +39,14 @@ def envctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def instance(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, Path]]:
-    auth = tmp_path_factory.mktemp("auth")
-    built = envctl("images", "build", "--flavor", "mini")
-    assert built.returncode == 0, built.stderr[-2000:]
-    up = envctl("up", "--all", "--flavor", "mini", "-i", INSTANCE, "--port-offset", str(OFFSET), "--auth-dir", str(auth), "--spares", "0")
-    try:
-        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
-        urls = {}
-        for bench in ("webarena", "visualwebarena"):
-            p = envctl("env", "-i", INSTANCE, "--json", "--benchmark", bench)
-            assert p.returncode == 0, p.stderr
-            urls[bench] = json.loads(p.stdout)
-        yield urls, auth
-    finally:
-        envctl("down", "-i", INSTANCE, "--volumes")
+def instance(mini_all: MiniAll) -> tuple[dict, Path]:
+    """The session's mini ``up --all`` instance (tests/conftest.py): its URLs per benchmark and login files."""
+    urls = {}
+    for bench in ("webarena", "visualwebarena"):
+        p = envctl("env", "-i", mini_all.instance, "--json", "--benchmark", bench)
+        assert p.returncode == 0, p.stderr
+        urls[bench] = json.loads(p.stdout)
+    return urls, mini_all.auth
 
 
 def _words(text: str) -> str:
