@@ -63,6 +63,7 @@ def episodes(args: argparse.Namespace) -> int:
     phases: dict[str, dict[str, list[float]]] = {s: {} for s in sites}
     recreate: dict[str, list[float]] = {s: [] for s in sites}
     inplace: dict[str, list[float]] = {s: [] for s in sites}
+    inplace_phases: dict[str, dict[str, list[float]]] = {s: {} for s in sites}
     try:
         t0 = time.monotonic()
         for s in sites:
@@ -94,6 +95,8 @@ def episodes(args: argparse.Namespace) -> int:
                     r = lab.reset([site], tier="inplace", replenish_async=False)[0]
                     assert r.ok and r.tier == "inplace", r
                     inplace[site].append(r.seconds)
+                    for k, v in r.phases.items():
+                        inplace_phases[site].setdefault(k, []).append(v)
     finally:
         lab.down()
     total = sum(len(v) for v in tiers.values())
@@ -113,6 +116,10 @@ def episodes(args: argparse.Namespace) -> int:
               f"{pct(lat[site], 95):.3f} | {med('swap')} | {med('verify')} | {statistics.median(rec):.2f} | "
               f"{pct(rec, 95):.2f} | {pct(rec, 95) / pct(lat[site], 95):.1f}x | "
               + (f"{statistics.median(inplace[site]):.2f} | {pct(inplace[site], 95):.2f}" if inplace[site] else "- | -"))
+    for site in sites:
+        if inplace_phases[site]:  # what an in-place reset spends its time on (the restore itself vs the login renewal)
+            print(f"{site} in-place phases p50: " + ", ".join(
+                f"{k} {statistics.median(v):.3f} s" for k, v in sorted(inplace_phases[site].items())))
     return 0
 
 
