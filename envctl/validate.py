@@ -375,6 +375,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_JUDGE_MODEL", "smoke LLM judge: model name", _env_text),
     EnvVar("ENVCTL_JUDGE_API_KEY", "smoke LLM judge: API key", _env_text, secret=True),
     EnvVar("ENVCTL_WHEEL", "cloud: envctl wheel to install on lab hosts instead of building one", _env_path),
+    EnvVar("AWS_REGION", "cloud: AWS region (like --region)", _env_text),
     EnvVar("ENVCTL_AWS_ENDPOINT_URL", "cloud: AWS endpoint (e.g. a moto server for tests)", _env_url),
     EnvVar("USER", "cloud: owner tag of the EC2 resources (default: the login name)", _env_text),
     EnvVar("PATH", "executable search path (Ansible runs with the venv's bin first)", _env_text),
