@@ -67,6 +67,7 @@ POSITIONAL: dict[tuple[str, ...], list[str]] = {
     ("_replenish",): ["reddit"],
     ("cloud", "reset"): ["reddit"],
     ("lease", "release"): ["lease1"],
+    ("lease", "heartbeat"): ["lease1"],
 }
 # Valid options per command (besides --instance), so that only the mutated value can be wrong.
 BASE_OPTIONS: dict[tuple[str, ...], list[str]] = {
@@ -176,6 +177,8 @@ PARAM_KINDS: dict[str, tuple[st.SearchStrategy[str], tuple[str, ...]]] = {
     "memory": (st.sampled_from(["lots", "12x", "1.5g", "-1m", "", "64 g", "64gb"]), ("--memory",)),
     "pool_sites": (BAD_SITE, ("site", "--sites")),
     "heal_after": (BAD_FLOAT, ("--heal-after",)),
+    "max_lease": (BAD_FLOAT, ("--max-lease",)),
+    "max_seconds": (BAD_FLOAT, ("--max-seconds",)),
     "base_offset": (st.one_of(BAD_INT, st.sampled_from(["60001"])), ("--base-offset", "offset")),
     "wait": (st.one_of(BAD_FLOAT, st.sampled_from(["3601"])), ("--wait",)),
     "lease_id": (BAD_NAME, ("lease",)),
