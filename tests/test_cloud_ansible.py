@@ -5,79 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
 
-from conftest import TEST_LABEL, free_port
+from conftest import SshHost, free_port  # the fixtures ssh_hosts, package, data_dir: conftest.py
 from envctl.cloud import hosts as lab
 from envctl.cloud.ansible import InventoryHost, PlayEvent
-from envctl.cloud.package import ControllerPackage, controller_wheel
 
-HOSTS_DIR = Path(__file__).with_name("hosts")
-HOST_IMAGE = "envctl-test/ssh-host:1"
 pytestmark = [pytest.mark.ansible, pytest.mark.docker, pytest.mark.slow]
-
-
-class SshHost:
-    def __init__(self, name: str, port: int, key: Path) -> None:
-        self.name, self.port, self.key = name, port, key
-
-    def ssh(self, *argv: str) -> subprocess.CompletedProcess:
-        """Run argv on the host (quoted for the remote shell) through the published SSH port."""
-        return subprocess.run(
-            ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", shlex.join(argv)],
-            capture_output=True, text=True, timeout=60)
-
-
-def _wait_ssh(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                if s.recv(16).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"sshd on 127.0.0.1:{port} did not answer within {timeout}s")
-
-
-@pytest.fixture(scope="module")
-def ssh_hosts(docker_engine, tmp_path_factory) -> Iterator[list[SshHost]]:
-    subprocess.run(["docker", "build", "-q", "-t", HOST_IMAGE, str(HOSTS_DIR)], check=True, capture_output=True)
-    keydir = tmp_path_factory.mktemp("ssh")
-    key = keydir / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    pub = key.with_suffix(".pub").read_text().strip()
-    hosts, names = [], []
-    try:
-        for i in range(2):
-            name, port = f"envctl-test-host-{uuid.uuid4().hex[:6]}", free_port()
-            # Host network: envctl inside publishes its proxy through the shared engine on 127.0.0.1 and
-            # probes it there, as on a real lab host; sshd listens on its own port.
-            subprocess.run(["docker", "run", "-d", "--name", name, "--label", TEST_LABEL, "--network", "host",
-                            "-e", f"SSHD_PORT={port}",
-                            "-v", "/var/run/docker.sock:/var/run/docker.sock", "-e", f"AUTHORIZED_KEY={pub}", HOST_IMAGE],
-                           check=True, capture_output=True)
-            names.append(name)
-            hosts.append(SshHost(name, port, key))
-        for h in hosts:
-            _wait_ssh(h.port)
-        yield hosts
-    finally:
-        if names:
-            subprocess.run(["docker", "rm", "-f", "-v", *names], capture_output=True)
 
 
 def _inventory(hosts: list[SshHost]) -> list[InventoryHost]:
@@ -85,18 +27,6 @@ def _inventory(hosts: list[SshHost]) -> list[InventoryHost]:
                           vars={"envctl_instance": f"lab{i}", "envctl_port_offset": 100 * (i + 1),
                                 "envctl_public_host": "127.0.0.1", "envctl_bind": "127.0.0.1"})
             for i, h in enumerate(hosts)]
-
-
-@pytest.fixture(scope="module")
-def package(tmp_path_factory) -> ControllerPackage:
-    """The controller's envctl built once (the shared tree may change between two builds)."""
-    return controller_wheel(tmp_path_factory.mktemp("pkg"), with_dependencies=True)
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("ENVCTL_DATA_DIR", str(tmp_path / "data"))
-    return tmp_path / "data"
 
 
 def test_playbook_prepares_hosts_idempotently_and_isolates_a_failing_host(ssh_hosts, data_dir, package):

@@ -1,6 +1,6 @@
 """A lab is one pool (issue #16): one lease server on the controller leases the instances of every host
-of a cloud lab. Real parts: the sshd "host" containers and Ansible of tests/test_cloud_ansible.py (its
-fixtures), a 2-host mini lab (reddit, one instance per host), the lease server in this process and
+of a cloud lab. Real parts: the sshd "host" containers and Ansible of tests/conftest.py (shared with
+tests/test_cloud_ansible.py), a 2-host mini lab (reddit, one instance per host), the lease server in this process and
 the unchanged 'envctl lease' client."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from envctl import cloud
 from envctl.cloud import hosts as lab
 from envctl.cloud.ansible import InventoryHost
 from envctl.serve import serve_pool
-from test_cloud_ansible import SshHost, data_dir, package, ssh_hosts  # noqa: F401 - fixtures
+from conftest import SshHost  # the fixtures ssh_hosts, package, data_dir: conftest.py (one set per session)
 from test_leases import post_on_reddit
 
 pytestmark = [pytest.mark.ansible, pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
