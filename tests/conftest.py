@@ -273,6 +273,13 @@ def _wait_ports_bindable(offset: int, timeout: float = 90) -> None:
     cat = load_catalog()
     ports = [p.public + offset for n in cat.sites for svc in cat.site(n).services_for("mini")
              if (p := cat.site(n).services[svc].ports) is not None]
+    busy_ports_after(ports, timeout)  # still busy: 'up' says which port and who holds it
+
+
+def busy_ports_after(ports: list[int], timeout: float) -> list[int]:
+    """Wait (up to ``timeout``) until every port in ``ports`` can be bound on 127.0.0.1; the ports still
+    busy then ([] when none). Fixed offsets reach into Linux's ephemeral range, where a client socket of
+    another process may hold a port for a while."""
     deadline = time.monotonic() + timeout
     while True:
         busy = []
@@ -284,7 +291,7 @@ def _wait_ports_bindable(offset: int, timeout: float = 90) -> None:
                 except OSError:
                     busy.append(port)
         if not busy or time.monotonic() > deadline:
-            return  # still busy: 'up' says which port and who holds it
+            return busy
         time.sleep(0.5)
 
 

@@ -24,7 +24,7 @@ import pytest
 import requests
 import yaml
 
-from conftest import MINI_ALL, MINI_ALL_OFFSET, MiniAll
+from conftest import MINI_ALL, MINI_ALL_OFFSET, MiniAll, busy_ports_after
 from envctl.catalog import BUILTIN, Catalog, load_catalog
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -153,24 +153,11 @@ def wait_ports_bindable(catalog: Catalog, offset: int, timeout: float = 90) -> N
     socket of some other process can hold one for a while; envctl rightly refuses such a port, so
     the fixture waits it out (with a deadline) instead of reporting a false failure.
     """
-    ports = [p + offset for p in ports_of(catalog)]
-    deadline = time.monotonic() + timeout
-    while True:
-        busy = []
-        for port in ports:
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    busy.append(port)
-        if not busy:
-            return
-        if time.monotonic() > deadline:
-            held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
-            pytest.fail(f"ports {busy} stayed busy for {timeout}s:\n"
-                        + "\n".join(line for line in held.splitlines() if any(f":{b} " in line for b in busy)))
-        time.sleep(0.5)
+    busy = busy_ports_after([p + offset for p in ports_of(catalog)], timeout)
+    if busy:
+        held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+        pytest.fail(f"ports {busy} stayed busy for {timeout}s:\n"
+                    + "\n".join(line for line in held.splitlines() if any(f":{b} " in line for b in busy)))
 
 
 def ports_of(catalog: Catalog) -> list[int]:
