@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from envctl.errors import CatalogError, UnknownSite, UsageError
 from envctl.secrets import mask_data, mask_text
-from envctl.validate import PATH_MAX, validate_relative_path, validate_site_name
+from envctl.validate import PATH_MAX, validate_memory_size, validate_relative_path, validate_site_name
 
 BUILTIN = Path(__file__).with_name("sites.yaml")
 Benchmark = Literal["webarena", "visualwebarena"]
@@ -49,6 +49,20 @@ def _rel(value: str, what: str, under: str = "the data directory") -> str:
         return validate_relative_path(value, what, under=under)
     except UsageError as exc:
         raise ValueError(str(exc)) from None
+
+
+MEMORY_LIMIT_MIN, MEMORY_LIMIT_MAX = 6 << 20, 1 << 40  # Docker refuses a limit under 6 MiB; 1 TiB is no limit
+
+
+def _memory_limit(value: str | None) -> str | None:
+    """A service's memory limit: 6m (Docker's least) to 1024g; 0 (which Docker reads as 'no limit'
+    and the capacity plan as 'nothing') is refused."""
+    if value is not None:
+        try:
+            validate_memory_size(value, "memory", minimum=MEMORY_LIMIT_MIN, maximum=MEMORY_LIMIT_MAX)
+        except UsageError as exc:
+            raise ValueError(f"{exc.message}: {exc.hint}") from None
+    return value
 
 
 def _names(value: dict[str, Any], what: str) -> dict[str, Any]:
@@ -240,6 +254,11 @@ class ServiceFlavor(_Model):
     volumes: tuple[Volume, ...] = ()
     memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmg]$")
 
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        return _memory_limit(v)
+
     @field_validator("build")
     @classmethod
     def _build(cls, v: str | None) -> str | None:  # joined onto envctl/images/mini
@@ -271,6 +290,11 @@ class Service(_Model):
     @classmethod
     def _flavor_names(cls, v: dict[str, ServiceFlavor]) -> dict[str, ServiceFlavor]:
         return _names(v, "flavor name")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str | None) -> str | None:
+        return _memory_limit(v)
 
 
 class Flavor(_Model):
