@@ -67,6 +67,8 @@ class EnvctlGroup(click.Group):
         sys.exit(0)
 
     def invoke(self, ctx: click.Context) -> Any:
+        rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]  # the subcommand's words, before they are parsed
+        ctx.meta["envctl.help"] = bool({"-h", "--help"} & set(rest))
         try:
             return super().invoke(ctx)
         except EnvctlError as exc:
@@ -132,6 +134,16 @@ def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) ->
     return value
 
 
+def _check_region(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--region / $AWS_REGION: a region name, checked before any AWS call (names the variable when it came from it)."""
+    from envctl.validate import validate_region
+
+    if value is None:
+        return None
+    source = ctx.get_parameter_source(param.name or "region")
+    return validate_region(value, "AWS_REGION" if source == click.core.ParameterSource.ENVIRONMENT else "--region")
+
+
 def auth_dir_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--auth-dir", default=None, help="where login state files go [.auth]")(fn)
 
@@ -158,6 +170,12 @@ def _exit_unless(ok: bool) -> None:
 def cli(ctx: click.Context, catalog: str | None) -> None:
     """Provision, reset and verify the WebArena / VisualWebArena sites for web-agent evaluation."""
     ctx.obj = Ctx(catalog)
+    # garbage in an ENVCTL_* variable, or a state/data directory that is a file, is refused here in one
+    # line before anything runs; 'doctor' reports every variable instead, and help is always shown
+    if ctx.invoked_subcommand != "doctor" and not ctx.meta.get("envctl.help"):
+        from envctl.locks import check_environment
+
+        check_environment()
 
 
 # -- sites ---------------------------------------------------------------------------------------
@@ -235,19 +253,17 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
 @pass_ctx
 def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: str | None, as_json: bool) -> None:
     """How many pristine spares per site fit this host (what 'envctl up' boots by default)."""
-    import re
-
-    from envctl.plan import memory_bytes, plan
+    from envctl.plan import plan
     from envctl.render import emit_json, table
+    from envctl.validate import validate_memory_size
 
     flavor = flavor or "full"
     if flavor not in ctx.catalog.flavors():
         raise UsageError(f"unknown flavor '{flavor}'", f"choose one of {', '.join(ctx.catalog.flavors())}")
-    if memory is not None and not re.fullmatch(r"[0-9]{1,7}[kmg]", memory.lower()):
-        raise UsageError(f"--memory {memory!r} is not a size", "write it like 64g or 512m")
+    host_bytes = validate_memory_size(memory, "--memory") if memory is not None else None  # 0, -1g, inf: one line
     names = [n for n in ctx.catalog.resolve(list(site_names), all_sites=not site_names)
              if flavor in ctx.catalog.site(n).flavors]
-    p = plan(ctx.catalog, names, flavor, memory_bytes(memory.lower()) if memory else None)
+    p = plan(ctx.catalog, names, flavor, host_bytes)
     if as_json:
         emit_json({**p.to_dict(), "applied_by_up": True})
         return
@@ -374,9 +390,12 @@ def images_verify(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, ins
 def images_export(ctx: Ctx, site: str, file: str, flavor: str | None, as_json: bool) -> None:
     """Save SITE's image(s) to FILE (plus FILE.sha256) to move them to another host."""
     from envctl.images import export_image
+    from envctl.locks import output_file
     from envctl.render import emit_json
 
     tag = ctx.catalog.images_of(site, flavor or "full")[0]
+    output_file(file, "FILE")  # a directory, a FIFO, or under a regular file: one line before Docker is asked
+    output_file(f"{file}.sha256", "FILE.sha256")
     out = export_image(tag, Path(file))
     if as_json:
         return emit_json(asdict(out))
@@ -988,7 +1007,7 @@ def cloud() -> None:
 @cloud.command("up")
 @click.option("--lab", required=True, help="lab name (tags every resource)")
 @click.option("--hosts", type=click.IntRange(1, 256), default=1, show_default=True)
-@click.option("--region", default=None, envvar="AWS_REGION", help="AWS region (AWS_REGION)")
+@click.option("--region", default=None, envvar="AWS_REGION", callback=_check_region, help="AWS region (AWS_REGION)")
 @click.option("--instance-type", default="t3a.xlarge", show_default=True)
 @click.option("--ami", default="webarena", show_default=True, help="webarena | ubuntu | an AMI id")
 @click.option("--allow-cidr", "allow_cidrs", multiple=True, help="CIDR allowed to reach SSH and the sites (repeat)")
@@ -1095,7 +1114,7 @@ def cloud_reset(lab: str, site_names: tuple[str, ...], as_json: bool) -> None:
 
 @cloud.command("down")
 @click.option("--lab", required=True)
-@click.option("--region", default=None, envvar="AWS_REGION")
+@click.option("--region", default=None, envvar="AWS_REGION", callback=_check_region)
 @json_option
 def cloud_down(lab: str, region: str | None, as_json: bool) -> None:
     """Terminate everything tagged with the lab; delete the group and key pair it created. Nothing else."""
@@ -1229,10 +1248,11 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float
     ctx_obj = click.get_current_context().find_object(Ctx)
     if names and ctx_obj is not None:
         ctx_obj.catalog.resolve(names)  # a typo is refused before the server is asked
+    from envctl.locks import usable_dir
+
+    # a file there (or above it), or a read-only folder: refused before the server is asked
+    folder = usable_dir(out, "--out", hint="give --out a folder for the login state files") if out else None
     client = _lease_client(instance)
-    folder = Path(out) if out else None
-    if folder is not None and folder.exists() and not folder.is_dir():
-        raise UsageError(f"--out {out} is not a folder", "give a folder for the login state files")
     lease = client.acquire(names or None, ttl=ttl, wait=wait, holder=holder or f"cli pid {os.getpid()}",
                            max_seconds=max_seconds)
     try:

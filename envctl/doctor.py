@@ -8,7 +8,8 @@ from typing import Any
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError
 from envctl.plan import memory_bytes
-from envctl.validate import env_report
+from envctl.paths import executable_file
+from envctl.validate import env_report, env_value
 
 
 def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -96,13 +97,26 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
                          f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",
                          "stop what holds them, or pass --port-offset N" if busy else None))
 
-    chromium = os.environ.get("ENVCTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    checks.append(_check("browser", "ok" if chromium else "warn", chromium or "no chromium found (needed for login state and smoke)",
-                         None if chromium else "apt-get install chromium (or set ENVCTL_CHROMIUM)"))
+    checks.append(browser_check(os.environ))
     environment = env_report()
     checks += environment_checks(environment)
     return {"ok": all(c["status"] != "fail" for c in checks), "flavor": flavor, "sites": names, "checks": checks,
             "environment": environment}
+
+
+def browser_check(environ: Any) -> dict[str, Any]:
+    """``$ENVCTL_CHROMIUM`` (a directory, a missing or non-executable file is a failure naming it),
+    else Debian's chromium on PATH (missing: a warning, logins and smoke need it)."""
+    raw = environ.get("ENVCTL_CHROMIUM")
+    if raw:
+        try:
+            executable_file(env_value("ENVCTL_CHROMIUM", environ), "ENVCTL_CHROMIUM")
+        except EnvctlError as exc:
+            return _check("browser", "fail", exc.message, exc.hint)
+        return _check("browser", "ok", f"{raw} (ENVCTL_CHROMIUM)")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    return _check("browser", "ok" if chromium else "warn", chromium or "no chromium found (needed for login state and smoke)",
+                  None if chromium else "apt-get install chromium (or set ENVCTL_CHROMIUM)")
 
 
 def environment_checks(environment: list[dict[str, Any]]) -> list[dict[str, Any]]:

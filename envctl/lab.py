@@ -31,7 +31,7 @@ from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
 from envctl.locks import Busy, locked
-from envctl.paths import data_dir
+from envctl.paths import data_dir, executable_file, usable_dir
 from envctl.plan import SERVICE_MEMORY_DEFAULT
 from envctl.plan import plan as capacity_plan
 from envctl.provision import docker as dk
@@ -44,7 +44,7 @@ from envctl.state import warm as warm_mod
 from envctl.smoke import SmokeResult, TaskResult, load_task_set, run_smoke
 from envctl.smoke.judge import Judge
 from envctl.state.reset import Logins, ResetResult, VerifyResult
-from envctl.validate import validate_duration, validate_host, validate_instance_name, validate_port_offset
+from envctl.validate import env_value, validate_duration, validate_host, validate_instance_name, validate_port_offset
 
 
 def _asdict(obj: Any) -> dict[str, Any]:
@@ -176,6 +176,8 @@ class Lab:
         self.instance = validate_instance_name(instance)
         self.catalog = catalog or load_catalog(catalog_path)
         self.catalog_path = catalog_path or os.environ.get("ENVCTL_CATALOG")
+        if auth_dir:  # every command that takes one writes login files there: refuse a file (or under one) now
+            usable_dir(auth_dir, "auth directory", hint="give --auth-dir a folder you can write")
         self.auth_dir = Path(auth_dir) if auth_dir else Path(".auth") if instance == "default" else Path(".auth") / instance
         self.cancel = threading.Event()
         self.login_error = ""
@@ -430,6 +432,7 @@ class Lab:
     def login(self, sites: list[str] | None = None, *, out: str | Path | None = None,
               max_age: float | None = None) -> dict[str, Path]:
         """Write (or keep, if younger than ``max_age`` seconds and valid) the login state files."""
+        self._check_login_output(out)
         return login_sites(self, sites, out=out, max_age=max_age)
 
     def login_report(self, sites: list[str] | None = None, *, out: str | Path | None = None,
@@ -437,12 +440,22 @@ class Lab:
         """Log in (or, with ``check_only``, probe the existing files); one result per state file."""
         if isinstance(max_age, str):
             max_age = validate_duration(max_age, "--max-age")
+        self._check_login_output(out, write=not check_only)
         if self.settings() is None:
             raise NoSuchInstance(self.instance)
         target = Target.of_lab(self, out)
         if check_only:
             return check(target, sites)
         return log_in(target, sites, max_age=max_age)
+
+    def _check_login_output(self, out: str | Path | None, *, write: bool = True) -> None:
+        """Before any browser starts: the folder the files go to is a folder (not a file, not under
+        one) and writable, and ``$ENVCTL_CHROMIUM``, when set, is an executable file."""
+        usable_dir(out or self.auth_dir, "--out" if out else "auth directory", writable=write,
+                   hint="give --out a folder you can write")
+        chromium = env_value("ENVCTL_CHROMIUM") if write else None
+        if chromium:  # a directory or a file without the x bit: one line, not a launch log per site
+            executable_file(chromium, "ENVCTL_CHROMIUM")
 
     def _seed_logins(self, sites: list[str], progress: Progress) -> list[str]:
         """Seed login state after 'up'; a failure is reported, it does not undo healthy sites."""
@@ -600,6 +613,7 @@ class Lab:
 
     def snapshot_remove(self, name: str, site: str | None = None) -> list[str]:
         """Remove a named snapshot's images, its warm copies and the login files kept with it."""
+        snapshots.validate_name(name)  # as create and restore do, before the engine is asked
         inst = self.find()
         if inst is not None:
             table = inst.table()
@@ -618,6 +632,8 @@ class Lab:
               announce: Callable[[str], None] = lambda _m: None) -> SmokeResult:
         """Seed logins, run the reference (or LLM) agent through ``task_set``, score it, reset between tasks."""
         load_task_set(task_set)  # a missing or malformed task set is named before anything else
+        if report_dir:  # so is a report folder that is a file (or under one) or read-only
+            usable_dir(report_dir, "report folder", hint="give --report a folder you can write")
         up = self.sites_up()
         if not up:
             raise UsageError(f"instance '{self.instance}' has no site up", "run 'envctl up --flavor mini' first")

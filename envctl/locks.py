@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 from envctl.errors import EnvctlError
+from envctl.paths import output_file, usable_dir  # noqa: F401 - also the CLI's path checks (it imports no paths)
 
 
 class UnsafeStateDir(EnvctlError):
@@ -22,9 +23,17 @@ def lock_dir() -> Path:
     ``$ENVCTL_STATE_DIR``, else ``$XDG_RUNTIME_DIR/envctl-<uid>``, else ``/tmp/envctl-<uid>``. A
     directory there that another user owns (e.g. made in /tmp before us) is refused: whoever owns it
     could read our tokens or swap our files."""
-    explicit = os.environ.get("ENVCTL_STATE_DIR")
-    base = Path(explicit or (Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"envctl-{os.getuid()}"))
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from envctl.validate import env_value
+
+    explicit = env_value("ENVCTL_STATE_DIR")
+    base = Path(explicit or (Path(env_value("XDG_RUNTIME_DIR") or "/tmp") / f"envctl-{os.getuid()}"))
+    what = "ENVCTL_STATE_DIR" if explicit else "envctl's state directory"
+    fix = "set ENVCTL_STATE_DIR to a directory you own and can write (e.g. ~/.local/state/envctl)"
+    base = usable_dir(base, what, hint=fix)  # a regular file there (or above it), or read-only: one line
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UnsafeStateDir(f"{what} {base} cannot be created ({exc.strerror})", fix) from None
     st = os.stat(base) if explicit else os.lstat(base)
     if not explicit and stat.S_ISLNK(st.st_mode):
         raise UnsafeStateDir(f"envctl's state directory {base} is a symbolic link",
@@ -35,6 +44,22 @@ def lock_dir() -> Path:
     if not explicit and stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(base, 0o700)  # ours, but readable by others: tighten it
     return base
+
+
+def check_environment() -> None:
+    """Before a command does anything: every ``ENVCTL_*`` variable that is set is valid (like the
+    option it mirrors; one line naming the variable), and an explicit ``ENVCTL_STATE_DIR`` /
+    ``ENVCTL_DATA_DIR`` is a directory that can be written (or created), not a file or under one.
+    Reads only; creates nothing."""
+    from envctl.validate import ENV_VARS, env_value
+
+    for var in ENV_VARS:
+        if var.name.startswith("ENVCTL_"):
+            env_value(var.name)
+    for name in ("ENVCTL_STATE_DIR", "ENVCTL_DATA_DIR"):
+        value = env_value(name)
+        if value:
+            usable_dir(value, name)
 
 
 def open_private(path: Path, *, append: bool = False) -> int:

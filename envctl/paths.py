@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from envctl.errors import UsageError
@@ -12,9 +13,11 @@ def data_root() -> Path:
     """envctl's per-user data directory (pins, downloads, data files): $ENVCTL_DATA_DIR or XDG."""
     env = env_value("ENVCTL_DATA_DIR")
     if env:
-        return Path(env).expanduser()
+        return usable_dir(env, "ENVCTL_DATA_DIR", writable=False)
     xdg = env_value("XDG_DATA_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "envctl"
+    root = (Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share") / "envctl"
+    return usable_dir(root, "envctl's data directory", writable=False,
+                      hint="set ENVCTL_DATA_DIR (or XDG_DATA_HOME) to a directory you can write")
 
 
 def data_dir() -> Path:
@@ -37,3 +40,70 @@ def confined(root: Path, rel: str, what: str = "path") -> Path:
         raise UsageError(f"{what} {path} leads outside {base} (to {real})",
                          f"remove the symbolic link under {base} that points outside it")
     return path
+
+
+# -- paths envctl writes to or runs (issue #25): one line naming the path, before anything is created --
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def usable_dir(path: str | os.PathLike[str], what: str, *, hint: str | None = None, writable: bool = True) -> Path:
+    """``path`` as a directory envctl may create and write files in. Refused with one line naming
+    the path when it, or a directory above it, exists but is not a directory (a regular file, a
+    FIFO), or when the first existing one cannot be written. Creates nothing; returns the path."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    fix = hint or f"point {what} at a directory you can write"
+    for q in (p, *p.parents):
+        try:
+            st = os.stat(q)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there yet (or under a file: found further up)
+        except OSError as exc:
+            raise UsageError(f"{what} {p}: cannot inspect {q} ({exc.strerror})", fix) from None
+        if not stat.S_ISDIR(st.st_mode):
+            where = "is" if q == p else f"cannot be a directory: {q} is"
+            raise UsageError(f"{what} {p} {where} {_kind(st.st_mode)}", f"{fix}, or move {q} away")
+        if writable and not os.access(q, os.W_OK | os.X_OK):
+            where = "is not writable" if q == p else f"cannot be created: {q} is not writable"
+            raise UsageError(f"{what} {p} {where}", fix)
+        return p
+    return p
+
+
+def output_file(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a file envctl will write: refused in one line when it exists as anything but a
+    regular file (a directory, a FIFO) or its directory is not usable (:func:`usable_dir`)."""
+    p = Path(os.path.abspath(Path(path).expanduser()))
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{what} {p} cannot be inspected ({exc.strerror})", f"give {what} a file path you can write") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{what} {p} is {_kind(st.st_mode)}, not a file", f"give {what} a file path you can write")
+    usable_dir(p.parent, f"{what} {p}: directory", hint=f"give {what} a file path you can write")
+    return p
+
+
+def executable_file(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` as a program to run: it exists, is a regular file (after symbolic links) and is
+    executable; else one line naming it."""
+    p = Path(path).expanduser()
+    fix = f"set {what} to a Chromium executable (e.g. /usr/bin/chromium), or unset it"
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise UsageError(f"{what} {p} {'does not exist' if isinstance(exc, FileNotFoundError) else f'cannot be read ({exc.strerror})'}",
+                         fix) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{what} {p} is {_kind(st.st_mode)}, not an executable file", fix)
+    if not st.st_mode & 0o111 or not os.access(p, os.X_OK):
+        raise UsageError(f"{what} {p} is not executable", f"chmod +x it, or {fix}")
+    return p

@@ -209,7 +209,7 @@ __all__ = [
     "validate_duration", "validate_host", "validate_instance_name", "validate_lab_name", "validate_name",
     "validate_port", "validate_port_offset", "validate_token", "validate_site_name", "validate_relative_path",
     "validate_registry_mirror", "validate_image_ref", "validate_ec2_inputs", "ENV_VARS", "EnvVar", "env_value",
-    "env_report", "SITE_NAME_MAX", "PATH_MAX",
+    "env_report", "SITE_NAME_MAX", "PATH_MAX", "validate_region", "validate_memory_size",
 ]
 
 
@@ -236,6 +236,36 @@ def validate_image_ref(value: str, what: str = "image") -> str:
     if not isinstance(value, str) or len(value) > 255 or not _IMAGE_REF.fullmatch(value):
         raise UsageError(f"invalid {what} {_show(value)}", "give an image name with an optional tag, e.g. myimage:1")
     return value
+
+
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+){1,3}-[0-9]{1,2}")
+
+
+def validate_region(value: str, what: str = "--region") -> str:
+    """An AWS region name such as ``us-east-2`` or ``us-gov-west-1``: lower-case letters and
+    digits joined by '-', nothing else (it reaches boto3, Ansible variables and file names)."""
+    if not isinstance(value, str) or len(value) > 40 or not _REGION.fullmatch(value):
+        raise UsageError(f"invalid {what} {_show(value)}", "give an AWS region name such as us-east-2")
+    return value
+
+
+MEMORY_MIN, MEMORY_MAX = 64 << 20, 64 << 40  # 64 MiB .. 64 TiB
+_SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def validate_memory_size(value: str, what: str = "--memory", *, minimum: int = MEMORY_MIN,
+                         maximum: int = MEMORY_MAX) -> int:
+    """A memory size as Docker writes it (``512m``, ``64g``; binary units k, m, g, t) -> bytes,
+    between ``minimum`` and ``maximum`` (0, negative, fractions, inf/nan and words are refused)."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    m = re.fullmatch(r"([0-9]{1,12})([kmgt])", text)
+    if not m:
+        raise UsageError(f"invalid {what} {_show(value)}: not a size", "write it like 64g or 512m")
+    size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if not minimum <= size <= maximum:
+        raise UsageError(f"{what} {value} is out of range",
+                         f"give a size between {minimum >> 20}m and {maximum >> 30}g")
+    return size
 
 
 _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
@@ -358,6 +388,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_INSTANCE", "default instance name (like --instance)", lambda v, w: validate_name(v, w)),
     EnvVar("ENVCTL_DATA_DIR", "data directory: pins, downloads, unpacked data (default $XDG_DATA_HOME/envctl)", _env_path),
     EnvVar("XDG_DATA_HOME", "base of the default data directory (default ~/.local/share)", _env_path),
+    EnvVar("HOME", "home directory: '~' in paths and the default ~/.local/share (read through Path.home())", _env_path),
     EnvVar("ENVCTL_STATE_DIR", "state directory: locks, reset-server records and tokens, debug log", _env_path),
     EnvVar("XDG_RUNTIME_DIR", "base of the default state directory (default /tmp)", _env_path),
     EnvVar("ENVCTL_REGISTRY_MIRROR", "pull registry images through this mirror (like --registry-mirror)", _env_registry),
@@ -375,7 +406,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_JUDGE_MODEL", "smoke LLM judge: model name", _env_text),
     EnvVar("ENVCTL_JUDGE_API_KEY", "smoke LLM judge: API key", _env_text, secret=True),
     EnvVar("ENVCTL_WHEEL", "cloud: envctl wheel to install on lab hosts instead of building one", _env_path),
-    EnvVar("AWS_REGION", "cloud: AWS region (like --region)", _env_text),
+    EnvVar("AWS_REGION", "cloud: AWS region (like --region)", lambda v, w: validate_region(v, w)),
     EnvVar("ENVCTL_AWS_ENDPOINT_URL", "cloud: AWS endpoint (e.g. a moto server for tests)", _env_url),
     EnvVar("USER", "cloud: owner tag of the EC2 resources (default: the login name)", _env_text),
     EnvVar("PATH", "executable search path (Ansible runs with the venv's bin first)", _env_text),

@@ -16,7 +16,7 @@ from envctl.catalog import load_catalog
 from envctl.errors import CloudError, UsageError
 from envctl.leases.pool import Pool
 from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
-                             validate_lab_name)
+                             validate_lab_name, validate_region)
 import envctl.cloud.ec2 as ec2mod
 import envctl.cloud.hosts as labmod
 import envctl.cloud.pool as poolmod
@@ -41,6 +41,8 @@ def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: st
     Returns the lab's manifest and the play's result (its ``failures`` name each host that failed).
     Every value is checked before anything is created or written."""
     validate_lab_name(lab)
+    if region is not None:
+        validate_region(region)  # shell metacharacters and garbage: one line, before any AWS call
     minutes = ttl_minutes(ttl)
     selected = None if sites == "all" else sites.split(",")
     names = load_catalog().resolve(selected)  # a typo is refused here, not on every host

@@ -7,7 +7,6 @@ removes it. ``ENVCTL_AWS_ENDPOINT_URL`` points the client elsewhere (moto, Local
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -24,6 +23,7 @@ from botocore.exceptions import (
 )
 
 from envctl.errors import CloudError
+from envctl.validate import env_value, validate_region
 
 CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run 'aws configure'"
@@ -51,7 +51,8 @@ class AwsCallFailed(CloudError):
 
 def ec2_client(region: str, *, profile: str | None = None, endpoint_url: str | None = None) -> Any:
     """An EC2 client for ``region``; checks the region name and that credentials exist."""
-    endpoint_url = endpoint_url or os.environ.get("ENVCTL_AWS_ENDPOINT_URL") or None
+    endpoint_url = endpoint_url or env_value("ENVCTL_AWS_ENDPOINT_URL") or None
+    region = validate_region(region, "AWS region") if region else region  # before boto3 sees it
     try:
         session = boto3.Session(profile_name=profile, region_name=region)
     except BotoCoreError as exc:  # e.g. ProfileNotFound

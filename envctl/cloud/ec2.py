@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from envctl.errors import CloudError, UsageError
 from envctl.cloud.aws import aws_call
-from envctl.validate import validate_allowed_cidrs, validate_lab_name, validate_port
+from envctl.validate import env_value, validate_allowed_cidrs, validate_lab_name, validate_port, validate_region
 
 TAG_LAB, TAG_TTL, TAG_OWNER, TAG_CREATED_BY = "envctl:lab", "envctl:ttl", "envctl:owner", "envctl:created-by"
 # Official WebArena AMI ("webarena-with-configurable-map-backend"), published in us-east-2 only.
@@ -52,12 +52,13 @@ class Ec2LabSpec:
     ttl_minutes: int = 480
     root_gb: int = 30
     data_gb: int = 0  # 0 = no separate data volume
-    owner: str = field(default_factory=lambda: os.environ.get("USER") or getpass.getuser())
+    owner: str = field(default_factory=lambda: env_value("USER") or getpass.getuser())
 
     def validate(self) -> None:
         validate_lab_name(self.lab)
         if not LAB_NAME.match(self.lab):
             raise UsageError(f"invalid lab name '{self.lab}'", "use 1-31 lowercase letters, digits and '-'")
+        validate_region(self.region)
         if self.hosts < 1:
             raise UsageError(f"--hosts must be at least 1 (got {self.hosts})")
         if not 1 <= self.ttl_minutes <= 7 * 24 * 60:

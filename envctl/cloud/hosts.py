@@ -41,7 +41,8 @@ import envctl.cloud.ec2 as ec2mod
 from envctl.cloud.ansible import InventoryHost, PlayEvent, PlayResult, inventory, run_playbook
 from envctl.cloud.aws import ec2_client
 from envctl.cloud.package import ControllerPackage, controller_wheel
-from envctl.validate import validate_host, validate_instance_name, validate_lab_name, validate_port_offset
+from envctl.validate import (validate_host, validate_instance_name, validate_lab_name, validate_port_offset,
+                             validate_region)
 
 Progress = Callable[[str], None]
 GB = 1_000_000_000
@@ -498,6 +499,8 @@ def _inventory_for(m: LabManifest) -> dict[str, Any] | Path:
 def down(lab: str, *, ec2: Any = None, region: str | None = None, progress: Progress = print) -> ec2mod.Teardown | None:
     """Terminate the lab's instances and delete the group and key pair envctl created for it."""
     validate_lab_name(lab)
+    if region is not None:
+        validate_region(region)  # before anything is removed or AWS is called
     try:
         m: LabManifest | None = LabManifest.load(lab)
     except UsageError:

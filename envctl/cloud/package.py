@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from envctl.errors import EnvctlError
+from envctl.validate import env_value
 
 REPRODUCIBLE_EPOCH = "315532800"  # 1980-01-01, the earliest time a zip can hold
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -141,7 +142,7 @@ def wheel_from_installed(dist: metadata.Distribution, out_dir: Path) -> Path:
 def controller_wheel(out_dir: Path, *, with_dependencies: bool = False) -> ControllerPackage:
     """Build ``envctl-<version>-py3-none-any.whl`` into ``out_dir`` (and optionally a wheelhouse)."""
     version = metadata.version("envctl")
-    env_wheel = os.environ.get("ENVCTL_WHEEL")
+    env_wheel = env_value("ENVCTL_WHEEL")
     out_dir.mkdir(parents=True, exist_ok=True)
     if env_wheel:
         wheel = Path(env_wheel)

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import requests
 
 from envctl.catalog import Probe
+from envctl.healthchecks.wait import check_timeout
 
 
 @dataclass
@@ -31,6 +32,7 @@ class ProbeResult:
 
 def run_probe(probe: Probe, base_url: str, *, exec_fn: Callable[[list[str]], tuple[int, str]] | None = None,
               timeout: float = 10.0, headers: dict[str, str] | None = None) -> ProbeResult:
+    check_timeout(timeout, "probe timeout")  # a client wait is always bounded
     url = base_url + probe.path
     start = time.monotonic()
     if probe.kind == "exec":

@@ -1,12 +1,27 @@
 """Waiting with a deadline and backoff, cancellable (Ctrl-C sets the event)."""
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
+from envctl.errors import UsageError
+
 T = TypeVar("T")
+
+
+MAX_WAIT_SECONDS = 7 * 86400.0  # no envctl wait is longer (a catalog health timeout is at most a day)
+
+
+def check_timeout(timeout: object, what: str = "timeout") -> float:
+    """``timeout`` as seconds: a finite number between 0 and :data:`MAX_WAIT_SECONDS` (not a boolean)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or not 0 <= timeout <= MAX_WAIT_SECONDS:
+        raise UsageError(f"{what} {str(timeout)[:40]!r} is not a number of seconds between 0 and {MAX_WAIT_SECONDS:.0f}",
+                         "give a finite timeout in seconds (a catalog health.timeout is at most 86400)")
+    return float(timeout)
 
 
 class Cancelled(Exception):
@@ -29,7 +44,10 @@ class Deadline:
 
 def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: float = 0.1, cap: float = 2.0,
              cancel: threading.Event | None = None) -> tuple[bool, T]:
-    """Call ``check`` until it returns (True, value) or ``timeout`` passes; returns the last result."""
+    """Call ``check`` until it returns (True, value) or ``timeout`` passes; returns the last result.
+    Every wait is bounded: a timeout that is not a finite number of seconds up to
+    :data:`MAX_WAIT_SECONDS` (inf, nan, a boolean, a week and more) is refused before ``check`` runs."""
+    check_timeout(timeout)
     deadline = Deadline(timeout)
     delay = first
     while True:

@@ -51,13 +51,9 @@ def _existing(path: Path) -> Path:
 
 
 def budget() -> int | None:
-    raw = os.environ.get(BUDGET_ENV)
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise DiskSpaceError(f"{BUDGET_ENV}={raw!r} is not a number of bytes", f"unset {BUDGET_ENV} or give an integer") from None
+    from envctl.validate import env_value
+
+    return env_value(BUDGET_ENV)  # a whole number of bytes, or one line naming the variable
 
 
 def free_bytes(path: Path) -> int:

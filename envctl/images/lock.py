@@ -62,8 +62,20 @@ class LockFile:
             raise FetchError(f"pin file {self.path} is not valid JSON ({exc})",
                              "restore it from a backup, or delete it to re-pin on the next download") from exc
         fields = set(Pin.__dataclass_fields__)
+        artifacts = raw.get("artifacts", {}) if isinstance(raw, dict) else None
+        fix = "restore it from a backup, or delete the entry to re-pin on the next download"
+        if not isinstance(artifacts, dict) or not all(isinstance(e, dict) for e in artifacts.values()):
+            raise FetchError(f"pin file {self.path} must be an object with an 'artifacts' mapping of objects", fix)
+        for name, entry in artifacts.items():
+            size = entry.get("size")
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+                raise FetchError(f"pin file {self.path}: artifacts.{name}.size must be a whole number of bytes "
+                                 f"(got {size!r:.40})", fix)
+            bad = [k for k in fields - {"name", "size"} if entry.get(k) is not None and not isinstance(entry[k], str)]
+            if bad:
+                raise FetchError(f"pin file {self.path}: artifacts.{name}.{sorted(bad)[0]} must be a string", fix)
         return {name: Pin(name=name, **{k: v for k, v in entry.items() if k in fields and k != "name"})
-                for name, entry in raw.get("artifacts", {}).items()}
+                for name, entry in artifacts.items()}
 
     def get(self, name: str) -> Pin | None:
         return self.pins().get(name)

@@ -27,7 +27,7 @@ import requests
 
 from envctl.errors import EnvctlError, UsageError
 from envctl.locks import lock_dir
-from envctl.validate import validate_instance_name, validate_token
+from envctl.validate import env_value, validate_instance_name, validate_token
 
 DEFAULT_TTL = 600.0
 MAX_TTL = 7 * 24 * 3600.0
@@ -166,10 +166,10 @@ def running_server_url(instance: str) -> str | None:
 
 def find_server(server: str | None = None, pool: str | None = None) -> str:
     """``server``, else ``$ENVCTL_LEASE_SERVER``, else the recorded server of ``pool`` (``$ENVCTL_POOL``)."""
-    url = server or os.environ.get(SERVER_ENV) or None
+    url = server or env_value(SERVER_ENV) or None  # garbage in a variable: one line naming it
     if url:
         return url
-    name = pool or os.environ.get("ENVCTL_POOL") or "default"
+    name = pool or env_value("ENVCTL_POOL") or "default"
     found = running_server_url(name)
     if found is None:
         raise EnvctlError(f"no lease server runs for pool '{name}'",

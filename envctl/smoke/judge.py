@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import requests
 
 from envctl.errors import EnvctlError
+from envctl.validate import env_value
 
 
 class JudgeError(EnvctlError):
@@ -51,10 +52,10 @@ class Judge:
     def from_env(cls, environ: dict[str, str] | None = None) -> Judge | None:
         """``ENVCTL_JUDGE_BASE_URL`` + ``ENVCTL_JUDGE_MODEL`` (+ ``ENVCTL_JUDGE_API_KEY``), else None."""
         e = os.environ if environ is None else environ
-        base, model = e.get("ENVCTL_JUDGE_BASE_URL"), e.get("ENVCTL_JUDGE_MODEL")
+        base, model = env_value("ENVCTL_JUDGE_BASE_URL", e), env_value("ENVCTL_JUDGE_MODEL", e)
         if not base or not model:
             return None
-        return cls(base_url=base, model=model, api_key=e.get("ENVCTL_JUDGE_API_KEY"))
+        return cls(base_url=base, model=model, api_key=env_value("ENVCTL_JUDGE_API_KEY", e))
 
     def _ask(self, prompt: str) -> str:
         messages = [{"role": "system", "content": "You are a helpful assistant"}, {"role": "user", "content": prompt}]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from envctl.errors import EnvctlError
 from envctl.smoke.agent import Step, Trajectory
 from envctl.smoke.judge import chat_completion
+from envctl.validate import env_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.sync_api import Page
@@ -118,12 +119,12 @@ class LLMAgent:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> LLMAgent:
         e = os.environ if environ is None else environ
-        base, model = e.get("ENVCTL_AGENT_BASE_URL"), e.get("ENVCTL_AGENT_MODEL")
+        base, model = env_value("ENVCTL_AGENT_BASE_URL", e), env_value("ENVCTL_AGENT_MODEL", e)
         if not base or not model:
             raise EnvctlError("the LLM agent is not configured",
                               hint="set ENVCTL_AGENT_BASE_URL (an OpenAI-compatible /v1 URL) and ENVCTL_AGENT_MODEL"
                                    " (and ENVCTL_AGENT_API_KEY if the server needs one), or use --agent reference")
-        return cls(LLMAgentConfig(base_url=base, model=model, api_key=e.get("ENVCTL_AGENT_API_KEY")))
+        return cls(LLMAgentConfig(base_url=base, model=model, api_key=env_value("ENVCTL_AGENT_API_KEY", e)))
 
     def observe(self, page: Page) -> tuple[str, dict[str, int]]:
         self._settle(page)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -75,26 +77,62 @@ def bundled_sets() -> list[str]:
     return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
 
 
+TASK_FILE_MAX = 64 << 20  # bytes; WebArena's whole test.raw.json is about 1 MB
+
+
+def _read_task_file(path: Path) -> str:
+    """A task file's text: a regular, readable, UTF-8 file of at most :data:`TASK_FILE_MAX` bytes,
+    else one line naming it (a directory, a FIFO, a device, unreadable, not UTF-8, too large)."""
+    hint = f"pass a readable JSON file or a bundled set: {', '.join(bundled_sets())}"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise TaskConfigError(f"task file {path} does not exist", hint=hint) from None
+    except OSError as exc:
+        raise TaskConfigError(f"task file {path} cannot be read ({exc.strerror})", hint=hint) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise TaskConfigError(f"task file {path} is {kind}", hint=hint)
+    if st.st_size > TASK_FILE_MAX:
+        raise TaskConfigError(f"task file {path} is {st.st_size} bytes (at most {TASK_FILE_MAX})", hint="split it")
+    try:  # O_NONBLOCK: a FIFO swapped in after the stat cannot hang the open
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise TaskConfigError(f"task file {path} is not a regular file", hint=hint)
+            data = fh.read(TASK_FILE_MAX + 1)
+    except OSError as exc:
+        raise TaskConfigError(f"task file {path} cannot be read ({exc.strerror})", hint=hint) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskConfigError(f"task file {path} is not UTF-8 text (byte {exc.start})", hint="save it as UTF-8 JSON") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
     """The raw (unfilled) task configs of a bundled set name or a JSON file path."""
     path = Path(name_or_path)
-    if path.suffix == ".json" or path.is_file():
-        if not path.is_file():
-            raise TaskConfigError(f"task file {path} does not exist",
-                                  hint=f"pass an existing JSON file or a bundled set: {', '.join(bundled_sets())}")
-        text = path.read_text(encoding="utf-8")
-        origin = str(path)
-    else:
-        res = resources.files("envctl.smoke").joinpath(BUNDLED_DIR, f"{name_or_path}.json")
-        if not res.is_file():
-            raise TaskConfigError(f"no bundled task set named {name_or_path!r}",
+    name = str(name_or_path)
+    if "\0" in name or not name:
+        raise TaskConfigError("--tasks is empty or contains a NUL byte", hint="pass a JSON file or a bundled set name")
+    bundled = isinstance(name_or_path, str) and path.suffix != ".json" and "/" not in name and name in bundled_sets()
+    if not bundled:
+        if path.suffix != ".json" and not os.path.lexists(path):
+            raise TaskConfigError(f"no bundled task set named {name!r} and no such file",
                                   hint=f"bundled sets: {', '.join(bundled_sets())}; or pass a path to a JSON file")
-        text = res.read_text(encoding="utf-8")
-        origin = f"bundled set {name_or_path}"
+        text = _read_task_file(path)
+        origin = f"task file {path}"
+    else:
+        text = resources.files("envctl.smoke").joinpath(BUNDLED_DIR, f"{name}.json").read_text(encoding="utf-8")
+        origin = f"bundled set {name}"
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TaskConfigError(f"{origin} is not valid JSON: {exc}", hint="fix the JSON syntax") from exc
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; NaN/Infinity; too deep
+        first = str(exc).splitlines()[0] if isinstance(exc, ValueError) else "nested too deeply"
+        raise TaskConfigError(f"{origin} is not valid JSON: {first}", hint="fix the JSON syntax") from None
     configs = data.get("tasks") if isinstance(data, dict) else data
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
         raise TaskConfigError(f"{origin} must be a list of task configs or an object with a 'tasks' list",
@@ -123,6 +161,17 @@ def task_from_config(config: dict[str, Any], env: dict[str, str]) -> Task:
         if key not in config:
             raise TaskConfigError(f"task config {config.get('task_id', '?')} lacks {key!r}",
                                   hint="every task needs task_id, sites, start_url and eval as in test.raw.json")
+    tid = config["task_id"]
+    shapes = (("task_id", (isinstance(tid, (str, int)) and not isinstance(tid, bool)), "a string or a whole number"),
+              ("sites", isinstance(config["sites"], list) and all(isinstance(s, str) for s in config["sites"]),
+               "a list of site names"),
+              ("start_url", isinstance(config["start_url"], str), "a string"),
+              ("eval", isinstance(config["eval"], dict) and isinstance(config["eval"].get("eval_types") or [], list),
+               "an object with an eval_types list"))
+    for key, ok, what in shapes:
+        if not ok:
+            raise TaskConfigError(f"task config {str(tid)[:40]!r}: {key!r} must be {what}",
+                                  hint="use the WebArena test.raw.json format")
     filled = fill_placeholders(config, env)
     ev = filled["eval"]
     unknown = set(ev.get("eval_types") or []) - {"string_match", "url_match", "program_html", "page_image_query"}
@@ -164,4 +213,7 @@ def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise TaskConfigError(f"{name_or_path}: duplicate task ids {dupes}", hint="give every task a unique task_id")
-    return [task_from_config(c, env) for c in configs]
+    try:
+        return [task_from_config(c, env) for c in configs]
+    except TaskConfigError as exc:  # name the file (or bundled set) the bad config came from
+        raise TaskConfigError(f"{name_or_path}: {exc.message}", hint=exc.hint) from None
