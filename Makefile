@@ -31,11 +31,12 @@ demo: images
 	$(ENVCTL) env
 	$(ENVCTL) smoke --tasks mini
 
-# Everything, with real containers and a real browser, then the full-flavor rehearsal (what CI runs).
-test: test-pytest
-	$(VENV)/bin/python scripts/rehearse.py
+# Everything, with real containers and a real browser, and the full-flavor rehearsal (what CI runs):
+# two lanes side by side, then the tests that restart the engine (scripts/test.sh; lanes: tests/conftest.py).
+test: images
+	VENV=$(VENV) PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh
 
-# The pytest phase of `make test` alone (CI times it and the rehearsal separately).
+# The whole pytest suite in one session (no lanes, no rehearsal).
 test-pytest: venv engine
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 

@@ -56,7 +56,9 @@ from envctl.images.lock import LockFile, Pin  # noqa: E402
 from envctl.images.registry import mirror_ref, registry_host  # noqa: E402
 
 INSTANCE = "rehearse"
-OFFSET = 12000  # public ports 15000-21999: below the ephemeral range (the mirror and registry ports come from it)
+# public ports 8000-14999: below the ephemeral range (the mirror and registry ports come from it), and apart
+# from every port the test lanes publish (make test runs the rehearsal beside pytest lane a: tests/conftest.py)
+OFFSET = 5000
 REGISTRY_BIN = "/usr/bin/docker-registry"
 MARK = "[rehearsal]"
 

@@ -205,15 +205,53 @@ def tear_down(lab: "Lab") -> None:
 
 # fixture -> the modules that use it, in the order they run (readers first, writers last)
 SHARED_USERS: dict[str, tuple[str, ...]] = {
-    "mini_all": ("test_start_pages.py", "test_demo.py", "test_lifecycle.py"),
+    "mini_all": ("test_start_pages.py", "test_demo.py", "test_lifecycle.py", "test_auth_mini.py"),
     "ssh_hosts": ("test_cloud_ansible.py", "test_cloud_pool.py"),
 }
 _closers: dict[str, Callable[[], None]] = {}  # fixture -> how to take it down early
 _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs it
 
 
+# -- lanes: `make test` runs the suite as two pytest sessions side by side (scripts/test.sh) ---------
+#
+# ENVCTL_TEST_LANE=a|b selects a lane's modules; "alone" selects the tests marked ``alone`` (they restart
+# the engine, so nothing else may run), which both lanes leave out. Without the variable, everything runs
+# in one session (the tests marked ``alone`` still skip unless ENVCTL_FT_ENGINE_RESTART=1).
+# The lanes share the engine, so no module of one lane may publish a port or use an instance name that a
+# module of the other lane uses (each module's instance and port offset is stated at its top), and every
+# module that uses a session fixture of SHARED_USERS is in the same lane as that fixture's other users.
+# Lane b: the cloud lab over SSH (mostly waiting on Ansible), the per-site mini image tests and
+# the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
+LANE_B = ("test_cloud_ansible.py", "test_cloud_pool.py", "test_mini_*.py", "test_soak.py",
+          "test_smoke_runner.py", "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py",
+          "test_cloud_ec2.py", "test_hostile_catalog.py", "test_evaluators.py")
+
+
+def module_lane(name: str) -> str:
+    import fnmatch
+
+    return "b" if any(fnmatch.fnmatch(name, pat) for pat in LANE_B) else "a"
+
+
+def lane_of(item: pytest.Item) -> str:
+    return "alone" if item.get_closest_marker("alone") else module_lane(item.path.name)
+
+
+assert all(len({module_lane(m) for m in ms}) == 1 for ms in SHARED_USERS.values()), "a shared fixture spans two lanes"
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the modules sharing a session fixture (whole modules, their own order kept)."""
+    """Keep the lane's tests (ENVCTL_TEST_LANE); group the modules sharing a session fixture (whole
+    modules, their own order kept)."""
+    lane = os.environ.get("ENVCTL_TEST_LANE", "")
+    if lane:
+        if lane not in ("a", "b", "alone"):
+            raise pytest.UsageError(f"ENVCTL_TEST_LANE={lane!r}: give a, b or alone")
+        keep = [i for i in items if lane_of(i) == lane]
+        dropped = [i for i in items if lane_of(i) != lane]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
     for modules in SHARED_USERS.values():
         groups = {m: [i for i in items if i.path.name == m] for m in modules}
         if sum(1 for g in groups.values() if g) < 2:
@@ -253,7 +291,7 @@ def _shared(name: str, close: Callable[[], None]) -> Callable[[], None]:
     return once
 
 
-# -- one mini 'up --all' instance: test_start_pages, test_demo, test_lifecycle's lc1 checks ----------
+# -- one mini 'up --all' instance: test_start_pages, test_demo, test_lifecycle's lc1 checks, test_auth_mini --
 
 MINI_ALL, MINI_ALL_OFFSET = "mini-all", 24000
 

@@ -1,7 +1,9 @@
 """Login state against the real mini sites in a real headless Chromium.
 
-One instance (``authtest``, port offset 22000) with the five login sites; every file upstream
-uses is made, checked, broken (container recreated, user signed out) and renewed.
+The session's shared mini instance (``mini_all`` in tests/conftest.py: every site up, the five login
+sites among them); every file upstream uses is made into this module's own auth directory, checked,
+broken (container recreated, user signed out) and renewed. It breaks sessions of the shared instance,
+so it runs last of that instance's users (conftest's SHARED_USERS).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.run import Target
 from envctl.catalog import BUILTIN, load_catalog
 from envctl.lab import Lab
+from conftest import MiniAll
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -32,12 +35,10 @@ PASSWORDS = ["Password.123", "admin1234", "test1234", "hello1234"]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    lab = Lab(instance="authtest", auth_dir=tmp_path_factory.mktemp("auth"))
-    result = lab.up(SITES, flavor="mini", port_offset=22000, login=False, spares=0)
-    assert result.ok, result.to_dict()
-    yield lab
-    lab.down()
+def lab(mini_all: MiniAll, tmp_path_factory):
+    lab = Lab(instance=mini_all.instance, auth_dir=tmp_path_factory.mktemp("auth"))
+    assert set(SITES) <= set(lab.sites_up())
+    return lab
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +173,7 @@ def test_wrong_password_reports_the_sites_message(lab, tmp_path):
         sites["classifieds"]["accounts"][0]["password"] = "Wrong.Pass.987"
         sites["reddit"]["accounts"][0]["password"] = "Wrong.Pass.987"
 
-    bad = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance="authtest", auth_dir=tmp_path / "auth")
+    bad = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "auth")
     report = login(Target.of_lab(bad), ["classifieds", "reddit"])
     by = {f.name: f for f in report.files}
     assert by["classifieds_state.json"].kind == "credentials"
@@ -189,7 +190,7 @@ def test_changed_login_page_names_site_url_and_field(lab, tmp_path):
     def edit(sites):
         sites["gitlab"]["login"]["password"] = {"test_id": "password-input"}
 
-    changed = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance="authtest", auth_dir=tmp_path / "a")
+    changed = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "a")
     report = login(Target.of_lab(changed), ["gitlab"], pairs=False)
     (f,) = report.files
     assert f.kind == "page-changed"

@@ -273,7 +273,7 @@ def docker_objects() -> set[str]:
         for line in r.stdout.splitlines():
             inst, _, name = line.partition(" ")
             # other suites' instances run concurrently: count only ours and malformed names
-            if inst.startswith("ft") or inst == "default" or not all(c in _LETTERS + "-_" for c in inst.lower()):
+            if inst.startswith(INSTANCE[:5]) or inst == "default" or not all(c in _LETTERS + "-_" for c in inst.lower()):
                 out.add(f"{what}:{name}")
     return out
 

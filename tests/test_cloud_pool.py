@@ -78,15 +78,19 @@ def _pristine(h: SshHost, instance: str) -> bool:
     return out.returncode == 0 and json.loads(out.stdout).get("ok") is True
 
 
+def _inventory(ssh_hosts: list[SshHost]) -> list[InventoryHost]:
+    return [InventoryHost(name=f"host{i}", address="127.0.0.1", port=h.port, user="root", key_file=str(h.key),
+                          vars={"envctl_instance": f"lp{i}", "envctl_port_offset": OFFSET + 100 * i,
+                                "envctl_public_host": "127.0.0.1", "envctl_bind": "127.0.0.1"})
+            for i, h in enumerate(ssh_hosts)]
+
+
 @pytest.fixture(scope="module")
 def lab_up(ssh_hosts: list[SshHost], package: Any, tmp_path_factory: Any) -> Iterator[lab.LabManifest]:  # noqa: F811
     mp = pytest.MonkeyPatch()
     mp.setenv("ENVCTL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
     mp.setenv("ENVCTL_STATE_DIR", str(tmp_path_factory.mktemp("state")))  # the lease server's record
-    inv = [InventoryHost(name=f"host{i}", address="127.0.0.1", port=h.port, user="root", key_file=str(h.key),
-                         vars={"envctl_instance": f"lp{i}", "envctl_port_offset": OFFSET + 100 * i,
-                               "envctl_public_host": "127.0.0.1", "envctl_bind": "127.0.0.1"})
-           for i, h in enumerate(ssh_hosts)]
+    inv = _inventory(ssh_hosts)
     started = time.monotonic()
     try:
         m, res = lab.up_inventory(LAB, inv, flavor="mini", sites="reddit", wheelhouse=True, package=package,
@@ -99,6 +103,41 @@ def lab_up(ssh_hosts: list[SshHost], package: Any, tmp_path_factory: Any) -> Ite
             print(h.ssh("tail", "-n", "15", f"/var/log/envctl-serve-lp{i}.log").stdout)
             h.ssh("envctl", "down", "--instance", f"lp{i}")
         mp.undo()
+
+
+def test_two_host_mini_lab_serves_working_urls_and_rerun_changes_nothing(
+        lab_up: lab.LabManifest, ssh_hosts: list[SshHost], package: Any) -> None:  # noqa: F811
+    """The lab as `cloud up` leaves it, before any lease: every host's URLs answer, no two hosts share one;
+    the lab's token reached every host's reset server (and nothing works without it); a re-run of the
+    playbook on the running lab changes nothing."""
+    m = lab_up
+    urls = lab.env(LAB, "json")
+    assert len(urls) == 2
+    seen: set[str] = set()
+    for host in urls:
+        value = host["env"]["WA_REDDIT"]
+        assert value.startswith("http://") and value not in seen, f"two hosts share {value}"
+        seen.add(value)
+        assert requests.get(value, timeout=30).status_code < 400, value
+    st = lab.status(LAB)
+    assert all(h.ready for h in st.hosts), st
+
+    token = m.serve_token
+    assert len(token) >= 32
+    for entry, bg in zip(urls, lab.env(LAB, "browsergym")):
+        reset_url = bg["WA_FULL_RESET"]
+        assert reset_url.endswith("/" + token) and entry["reset_token"] == token
+        base = reset_url[: -len(token) - 1]
+        assert requests.get(f"{base}/reset", timeout=10).status_code == 403
+        assert requests.get(f"{base}/status.json", timeout=10).status_code == 403
+        assert requests.get(f"{reset_url}/status", timeout=10).text == "Ready for duty!"
+    for h in ssh_hosts:  # and it is not on any command line on the host
+        ps = h.ssh("sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        assert token not in ps.stdout
+
+    _, again = lab.up_inventory(LAB, _inventory(ssh_hosts), flavor="mini", sites="reddit", wheelhouse=True,
+                                package=package, progress=lambda _: None)
+    assert again.failures == [] and again.changed == {}, again.changed
 
 
 def test_a_lab_is_one_pool(lab_up: lab.LabManifest, ssh_hosts: list[SshHost]) -> None:  # noqa: F811

@@ -522,6 +522,7 @@ def restart_engine() -> None:
     subprocess.run(["bash", str(ROOT / "scripts" / "docker-engine.sh")], check=True, capture_output=True)
 
 
+@pytest.mark.alone
 @pytest.mark.skipif(os.environ.get("ENVCTL_FT_ENGINE_RESTART") != "1",
                     reason="restarts dockerd: run alone, with ENVCTL_FT_ENGINE_RESTART=1")
 def test_engine_restart_mid_reset_then_up_and_reset_repair(lab):

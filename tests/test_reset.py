@@ -166,16 +166,18 @@ def test_none_tier_for_read_only_site(lab):
     assert r.ok and r.tier == "none" and "verify" in r.phases
 
 
-def test_twenty_write_then_reset_cycles_all_verify(lab):
+def test_ten_write_then_reset_cycles_all_verify(lab):
+    # back to back, faster than a spare boots: the cycles meet both the spare and the in-place tier while the
+    # replenisher runs in the background (ten show it as twenty did, at half the engine time: issue 22)
     lab.replenish("reddit", 1)
     tiers = []
-    for i in range(20):
+    for i in range(10):
         post_on_reddit(lab, f"cycle {i}")
         [r] = lab.reset(["reddit"])  # spares are replenished in the background, as in real use
         assert r.ok, r
         tiers.append(r.tier)
         assert lab.verify("reddit").ok
-    assert tiers.count("spare") >= 1, tiers
+    assert tiers.count("spare") >= 1 and set(tiers) <= {"spare", "inplace"}, tiers
     # let the background replenisher finish, then the instance is consistent
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not state(lab).spares.get("reddit"):
