@@ -11,7 +11,14 @@ declares one (what a host without memory for spares gets; recreate otherwise).
 ready, recreate as the baseline, plus sustained resets per minute with K = 1 and K = 2 spares.
 Classifieds uses its app endpoint.
 
-    python bench/reset.py [--mode episodes|tight] [--episodes 8] [--episode S] [--n 20] [--sites reddit,gitlab]
+``--mode inplace`` (issue 23): the spare-less in-place tier, N resets per login method, interleaved:
+login files renewed over HTTP (the default for sites whose catalog login declares ``http``; run
+with ``ENVCTL_CHROMIUM`` pointing nowhere, so a Chromium start would show as a note) against the
+browser login (the same renewal with ``http=False``). Prints p50 / p95 of each, the ratio, and the
+phases (restore, verification, login). ``--partners`` adds login sites that are up beside it, so
+their pair files are renewed too (``gitlab.reddit_state.json``).
+
+    python bench/reset.py [--mode episodes|tight|inplace] [--episodes 8] [--episode S] [--n 20] [--sites reddit,gitlab]
 """
 from __future__ import annotations
 
@@ -123,16 +130,85 @@ def episodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def inplace_login(args: argparse.Namespace) -> int:
+    import os
+
+    import envctl.state.reset as resets
+    from envctl.auth.files import login_combos
+
+    cat = load_catalog()
+    sites = args.sites.split(",")
+    partners = [p for p in (args.partners or "").split(",") if p]
+    build_for_sites(cat, sites + partners, "mini")
+    lab = Lab(cat, instance=INSTANCE, auth_dir=Path("/tmp/envctl-bench-auth"))
+    lab.down()
+    res = lab.up(sites + partners, flavor="mini", port_offset=OFFSET, login=True, spares=0)
+    assert res.ok, [s.error for s in res.sites if not s.ok]
+    real = resets.login_sites
+
+    def browser_login(target, names, **kw):  # type: ignore[no-untyped-def]
+        return real(target, names, **{**kw, "http": False})
+
+    lat: dict[tuple[str, str], list[float]] = {}
+    ph: dict[tuple[str, str], dict[str, list[float]]] = {}
+    chromium = os.environ.get("ENVCTL_CHROMIUM")
+    try:
+        for site in sites:
+            lab.reset([site], tier="inplace", replenish_async=False)  # warm-up (caches, connections)
+            for i in range(args.n):
+                for method in (("http", "browser") if i % 2 == 0 else ("browser", "http")):
+                    resets.login_sites = real if method == "http" else browser_login
+                    if method == "http":  # no browser on this path: a Chromium start would fail and say so
+                        os.environ["ENVCTL_CHROMIUM"] = "/nonexistent/chromium"
+                    try:
+                        r = lab.reset([site], tier="inplace", replenish_async=False)[0]
+                    finally:
+                        resets.login_sites = real
+                        if chromium is None:
+                            os.environ.pop("ENVCTL_CHROMIUM", None)
+                        else:
+                            os.environ["ENVCTL_CHROMIUM"] = chromium
+                    assert r.ok and r.tier == "inplace" and not r.note, r
+                    lat.setdefault((site, method), []).append(r.seconds)
+                    for k, v in r.phases.items():
+                        ph.setdefault((site, method), {}).setdefault(k, []).append(v)
+            print(f"{site}: done", file=sys.stderr, flush=True)
+    finally:
+        lab.down()
+    print(f"\nin-place reset, mini flavor, N={args.n} per login method (interleaved; verified; login files renewed)\n")
+    head = ("site", "files", "login", "p50 s", "p95 s", "restore p50 s", "verify p50 s", "login p50 s", "login p95 s")
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+    for site in sites:
+        n_files = len(login_combos(cat, [site], partners))
+        for method in ("http", "browser"):
+            v, p = lat[(site, method)], ph[(site, method)]
+            print(f"{site} | {n_files} | {method} | {statistics.median(v):.3f} | {pct(v, 95):.3f} | "
+                  f"{statistics.median(p['inplace']):.3f} | {statistics.median(p['verify']):.3f} | "
+                  f"{statistics.median(p['login']):.3f} | {pct(p['login'], 95):.3f}")
+    for site in sites:
+        h, b = lat[(site, "http")], lat[(site, "browser")]
+        hl, bl = ph[(site, "http")]["login"], ph[(site, "browser")]["login"]
+        print(f"{site}: browser/http p50 {statistics.median(b) / statistics.median(h):.2f}x, "
+              f"p95 {pct(b, 95) / pct(h, 95):.2f}x; login phase p50 {statistics.median(bl) / statistics.median(hl):.1f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=("episodes", "tight"), default="episodes")
+    ap.add_argument("--mode", choices=("episodes", "tight", "inplace"), default="episodes")
     ap.add_argument("--episodes", type=int, default=8, help="episodes (one reset of every site after each)")
     ap.add_argument("--episode", type=float, default=None, help="seconds per episode [1.5 x the spare refill]")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--recreate-n", type=int, default=3)
     ap.add_argument("--window", type=float, default=60.0, help="seconds per sustained-throughput run")
-    ap.add_argument("--sites", default=None, help="[episodes: reddit,gitlab,shopping; tight: every mutable site]")
+    ap.add_argument("--sites", default=None, help="[episodes: reddit,gitlab,shopping; tight: every mutable site; "
+                                                  "inplace: reddit]")
+    ap.add_argument("--partners", default="", help="inplace: login sites also up (their pair files are renewed)")
     args = ap.parse_args()
+    if args.mode == "inplace":
+        args.sites = args.sites or "reddit"
+        return inplace_login(args)
     if args.mode == "episodes":
         args.sites = args.sites or "reddit,gitlab,shopping"
         return episodes(args)

@@ -334,6 +334,15 @@ class ExpiryProbe(_Model):
     keyword: str | None = None  # None: valid means the final URL equals the probe URL (no redirect)
 
 
+class HttpLogin(_Model):
+    """The login form is a plain HTML form post: resets renew login files with one HTTP GET + POST
+    (``envctl.auth.httplogin``), no browser. The form is found by the same field descriptions."""
+
+    # Hidden fields the site's own JavaScript copies into a cookie of the same name before the form
+    # is submitted (Magento's page cache: ``form_key``); the HTTP login does the same.
+    echo_cookies: tuple[str, ...] = ()
+
+
 class Login(_Model):
     account: str  # username of one of the site's accounts
     url: str
@@ -344,6 +353,8 @@ class Login(_Model):
     # Upstream's auto_login skips pairs that share a cookie on one host ("Auth doesn't work on
     # this pair as they share the same cookie"): this site is never paired with these.
     no_pair_with: tuple[str, ...] = ()
+    # Set when the form works with a plain POST (see HttpLogin); None: logins always use the browser.
+    http: HttpLogin | None = None
 
 
 class Probe(_Model):

@@ -25,13 +25,14 @@ __all__ = ["login_sites", "login", "check", "Target", "Report", "FileResult", "l
 
 def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path | None = None,
                 max_age: float | None = None, parallel: int | None = None, timeout: float = 30.0,
-                extra_headers: dict[str, str] | None = None) -> dict[str, Path]:
+                extra_headers: dict[str, str] | None = None, http: bool = False) -> dict[str, Path]:
     """Log ``sites`` of ``lab`` (or of a :class:`Target`) in and return ``{file name: path}`` of every file written or kept.
 
     Files touching the sites are made: each site alone and each upstream pair with another site
     that is up. Raises :class:`LoginFailed` naming every file that could not be made (the others
-    are still written)."""
-    kwargs: dict[str, Any] = {"max_age": max_age, "timeout": timeout}
+    are still written). ``http``: files whose sites all declare ``login.http`` are made with a form
+    post and checked over HTTP, without a browser (what resets use)."""
+    kwargs: dict[str, Any] = {"max_age": max_age, "timeout": timeout, "http": http}
     if parallel:
         kwargs["parallel"] = parallel
     target = lab if isinstance(lab, Target) else Target.of_lab(lab, out, extra_headers)

@@ -5,6 +5,12 @@ in within one context); files of different combinations are made concurrently. E
 written to a private temporary name, checked with the expiry probes in a fresh context, and only
 then renamed into place. A combination that fails leaves no file behind under its name, so a file
 present after ``login`` is valid as of that run.
+
+``http=True`` (the reset tiers' renewal): a combination whose every site declares ``login.http``
+in the catalog is made by :mod:`envctl.auth.httplogin` instead (one cookie jar per file, a form
+post per site, the expiry probes over HTTP), and Chromium is started only if some combination
+still needs it. One the HTTP recipe does not fit (page changed, state rejected) is made again
+with the browser when one is available.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import Any, Coroutine, Iterable, TypeVar
 import envctl.auth.files as files
 import envctl.auth.flows as flows
 import envctl.auth.headers as headers
+import envctl.auth.httplogin as httplogin
 from envctl.auth.browser import async_playwright, launch
 from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.errors import AuthError, SiteDown, StateRejected
@@ -63,6 +70,8 @@ class FileResult:
     kind: str = ""  # down | credentials | page-changed | rejected | error
     hint: str = ""
     age_s: float | None = None
+    method: str = ""  # browser | http: how the file was made or checked
+    note: str = ""  # e.g. made with the browser because the HTTP login did not fit the page
 
 
 @dataclass
@@ -112,20 +121,44 @@ def _specs(target: Target, combo: Iterable[str]) -> list[ProbeSpec]:
     return [ProbeSpec.of(target.catalog, s, target.deployment) for s in files.login_order(target.catalog, combo)]
 
 
+def by_http(target: Target, combo: Iterable[str]) -> bool:
+    """Can this combination be made without a browser (every site's login is a declared form post)?"""
+    return all(httplogin.declared(target.catalog, s) for s in combo)
+
+
 async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: float | None, parallel: int,
-                     timeout_ms: float) -> list[FileResult]:
+                     timeout_ms: float, http: bool = False) -> list[FileResult]:
 
     sites = sorted({s for c in combos for s in c})
     health = dict(zip(sites, await asyncio.gather(*(asyncio.to_thread(_health, target, s) for s in sites))))
     recipes = {s: flows.SiteLogin.of(target.catalog, s, target.deployment) for s in sites}
     secrets = _secrets(target.catalog)
     sem = asyncio.Semaphore(max(1, parallel))
+    hdrs = dict(target.headers)
+
+    async def probe(browser: Any, combo: tuple[str, ...], state: Path) -> list[str]:
+        if browser is None:
+            return await asyncio.to_thread(httplogin.probe_state, _specs(target, combo), state, hdrs, timeout_ms / 1000)
+        return await probe_state(browser, _specs(target, combo), state, timeout_ms, hdrs)
+
+    async def make(browser: Any, combo: tuple[str, ...]) -> dict[str, Any]:
+        order = files.login_order(target.catalog, combo)
+        if browser is None:
+            return await asyncio.to_thread(httplogin.login_combo, target.catalog, recipes, order, hdrs, timeout_ms / 1000)
+        context = await browser.new_context(extra_http_headers=hdrs)
+        try:
+            page = await context.new_page()
+            for site in order:
+                await flows.login(page, recipes[site], timeout_ms)
+            return await context.storage_state()
+        finally:
+            await context.close()
 
     async def one(browser: Any, combo: tuple[str, ...]) -> FileResult:
         name = files.state_name(combo)
         path = target.auth_dir / name
         start = time.monotonic()
-        res = FileResult(name, combo, False, "failed", str(path))
+        res = FileResult(name, combo, False, "failed", str(path), method="browser" if browser is not None else "http")
         try:
             down = [health[s] for s in combo if health[s]]
             if down:
@@ -133,20 +166,13 @@ async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: 
             async with sem:
                 old = files.age(path)
                 if max_age is not None and old is not None and old <= max_age:
-                    if not await probe_state(browser, _specs(target, combo), path, timeout_ms, dict(target.headers)):
+                    if not await probe(browser, combo, path):
                         res.ok, res.action, res.age_s = True, "kept", old
                         return res
-                context = await browser.new_context(extra_http_headers=dict(target.headers))
-                try:
-                    page = await context.new_page()
-                    for site in files.login_order(target.catalog, combo):
-                        await flows.login(page, recipes[site], timeout_ms)
-                    state = await context.storage_state()
-                finally:
-                    await context.close()
+                state = await make(browser, combo)
                 tmp = files.write_temp(path, state)
                 try:
-                    problems = await probe_state(browser, _specs(target, combo), tmp, timeout_ms, dict(target.headers))
+                    problems = await probe(browser, combo, tmp)
                     if problems:
                         raise StateRejected(combo[0], f"{name}: the new login state fails the expiry probe in a "
                                                       f"fresh context: {'; '.join(problems)}",
@@ -165,12 +191,17 @@ async def _login_all(target: Target, combos: list[tuple[str, ...]], *, max_age: 
             path.unlink(missing_ok=True)  # never leave an old file looking valid
         return res
 
-    async with async_playwright() as pw:
-        browser = await launch(pw)
-        try:
-            return list(await asyncio.gather(*(one(browser, c) for c in combos)))
-        finally:
-            await browser.close()
+    plain = [c for c in combos if http and by_http(target, c)]
+    rest = [c for c in combos if c not in plain]
+    done = {c: r for c, r in zip(plain, await asyncio.gather(*(one(None, c) for c in plain)))}
+    if rest:  # Chromium only when some combination needs it
+        async with async_playwright() as pw:
+            browser = await launch(pw)
+            try:
+                done |= dict(zip(rest, await asyncio.gather(*(one(browser, c) for c in rest))))
+            finally:
+                await browser.close()
+    return [done[c] for c in combos]
 
 
 async def _check_all(target: Target, names: list[str], timeout_ms: float) -> list[FileResult]:
@@ -236,19 +267,34 @@ def _validate_sites(target: Target, sites: Iterable[str] | None) -> list[str]:
 
 
 def login(target: Target, sites: Iterable[str] | None = None, *, max_age: float | None = None,
-          parallel: int = DEFAULT_PARALLEL, timeout: float = 30.0, pairs: bool = True) -> Report:
+          parallel: int = DEFAULT_PARALLEL, timeout: float = 30.0, pairs: bool = True, http: bool = False) -> Report:
     """Log ``sites`` (default: every login site that is up) in; write and check every file touching them.
 
     ``max_age``: keep existing files younger than this many seconds that still pass the probe.
-    ``pairs=False`` makes only the single-site files."""
+    ``pairs=False`` makes only the single-site files. ``http``: make files whose sites all declare
+    ``login.http`` with a form post and check them over HTTP (no browser); a file the HTTP recipe
+    does not fit is made again with the browser."""
     start = time.monotonic()
     names = _validate_sites(target, sites)
     combos = files.login_combos(target.catalog, names, target.partners if pairs else ())
     if not pairs:
         combos = [c for c in combos if len(c) == 1]
     target.auth_dir.mkdir(parents=True, exist_ok=True)
-    results = _run(_login_all(target, combos, max_age=max_age, parallel=parallel, timeout_ms=timeout * 1000)) \
-        if combos else []
+    results = _run(_login_all(target, combos, max_age=max_age, parallel=parallel, timeout_ms=timeout * 1000,
+                              http=http)) if combos else []
+    misfits = [i for i, r in enumerate(results) if r.method == "http" and r.kind in ("page-changed", "rejected")]
+    if misfits:  # the catalog's form post no longer fits the page: the browser still may
+        from envctl.errors import NoBrowser
+
+        try:
+            again = _run(_login_all(target, [combos[i] for i in misfits], max_age=None, parallel=parallel,
+                                    timeout_ms=timeout * 1000))
+        except NoBrowser:
+            again = []
+        for i, r in zip(misfits, again):
+            if r.ok:
+                r.note = f"made with the browser: the HTTP login failed ({results[i].error})"
+            results[i] = r
     hdr = headers.write(target.auth_dir, target.catalog, names, target.deployment, target.flavor)
     return Report("login", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None)
 

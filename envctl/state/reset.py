@@ -126,7 +126,10 @@ def _verified(inst: Instance, copy: Copy, pristine: Fingerprint | None, phases: 
 
 def login(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | None = None,
           headers: dict[str, str] | None = None, table: ProxyState | None = None) -> None:
-    """Renew login state files for ``sites`` (into ``out_dir``, through ``headers``)."""
+    """Renew login state files for ``sites`` (into ``out_dir``, through ``headers``).
+
+    Sites whose login is a plain form post (catalog ``login.http``) are renewed over HTTP, with no
+    browser; Chromium is started only for files touching a site that needs it."""
     with_login = [s for s in sites if inst.catalog.site(s).login]
     if not with_login:
         return
@@ -134,7 +137,7 @@ def login(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | N
     up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login)
     target = Target(inst.catalog, inst.settings.deployment, Path(out_dir or logins.auth_dir), inst.flavor, up,
                     tuple(sorted((headers or {}).items())))
-    login_sites(target, with_login)
+    login_sites(target, with_login, http=True)
 
 
 def _install_staged(logins: Logins, site: str, slot: str) -> bool:
