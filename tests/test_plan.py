@@ -14,7 +14,8 @@ import time
 import pytest
 
 from envctl.catalog import load_catalog
-from envctl.plan import BUDGET_SHARE, copy_memory, plan
+from envctl.provision.proxy import ProxyState
+from envctl.plan import BUDGET_SHARE, MARGIN, EngineMemory, Held, copy_memory, counted, plan
 
 GIB = 1 << 30
 CAT = load_catalog()
@@ -57,6 +58,161 @@ def test_memory_other_instances_hold_is_not_planned_twice() -> None:
     # another instance on the same engine already holds 8 GiB: only reddit's spare still fits
     p = plan(CAT, ["shopping", "reddit"], "full", host_bytes=host, reserved=8 * GIB)
     assert p.spares() == {"shopping": 0, "reddit": 1}
+
+
+# -- issue 23: copies counted by what they really use -------------------------------------------------
+
+MIB = 1 << 20
+
+
+def test_a_container_counts_its_measured_use_times_the_margin_capped_by_its_limit() -> None:
+    assert counted(512 * MIB, 80 * MIB) == int(80 * MIB * MARGIN)
+    assert counted(512 * MIB, 400 * MIB) == 512 * MIB  # the limit is a cap
+    assert counted(512 * MIB, None) == 512 * MIB  # nothing measured: the limit
+    assert counted(0, 100 * MIB) == int(100 * MIB * MARGIN)  # no limit: measured x margin, uncapped
+    assert counted(0, None) == 512 * MIB  # neither: SERVICE_MEMORY_DEFAULT
+    assert counted(512 * MIB, 80 * MIB, margin=2) == 160 * MIB
+
+
+def test_a_copy_about_to_boot_counts_the_measured_active_copy() -> None:
+    p = plan(CAT, ["reddit"], "mini", host_bytes=24 * GIB, measured={"reddit": 80 * MIB})
+    r = p.sites[0]
+    assert (r.copy_bytes, r.measured_bytes, r.counted_bytes) == (512 * MIB, 80 * MIB, 120 * MIB)
+    assert p.used_bytes == 2 * 120 * MIB and p.spares() == {"reddit": 1} and r.why == ""
+    # a copy measured above its limits / 1.5 is counted by the limits
+    assert plan(CAT, ["reddit"], "mini", host_bytes=24 * GIB, measured={"reddit": 500 * MIB}).sites[0].counted_bytes \
+        == 512 * MIB
+
+
+def mini_instance(name: str, used: int, *, spare: bool = True, wanted: int = 1) -> tuple[list[Held], dict, dict]:
+    """A mini instance running reddit (one 512 MiB container using ``used``), its proxy, maybe a spare."""
+    cs = [Held(name, "", "", "proxy", "mini", 256 * MIB, 6 * MIB),
+          Held(name, "reddit", "a", "active", "mini", 512 * MIB, used)]
+    if spare:
+        cs.append(Held(name, "reddit", "b", "spare", "mini", 512 * MIB, used))
+    return cs, {"reddit": "a"}, {"reddit": wanted}
+
+
+def engine(*instances: tuple[str, tuple[list[Held], dict, dict]]) -> EngineMemory:
+    cs, active, wanted = [], {}, {}
+    for name, (c, a, w) in instances:
+        cs += c
+        active[name], wanted[name] = a, w
+    return EngineMemory(tuple(cs), active, wanted, sum(h.measured or 0 for h in cs), "cgroup")
+
+
+def test_other_instances_are_counted_by_measured_use_not_limits() -> None:
+    e = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(3)], ("me", mini_instance("me", 80 * MIB)))
+    held, others = e.held_by_others("me")
+    one = int(6 * MIB * MARGIN) + 2 * int(80 * MIB * MARGIN)  # proxy + active + spare
+    assert (held, others) == (3 * one, 3)
+    assert e.held_by_others("me", by_limits=True) == (3 * 2 * 512 * MIB, 3)  # the old rule: limits, no proxies
+    assert e.active_use("me") == {"reddit": 80 * MIB}
+    assert e.site_use("mini", exclude="me") == {"reddit": 80 * MIB}
+
+
+def test_a_spare_being_refilled_keeps_its_room_and_a_booting_copy_counts_as_the_active_one() -> None:
+    # o1's spare was just swapped in and removed: the replenisher is booting the next one
+    gone = engine(("o1", mini_instance("o1", 80 * MIB, spare=False)))
+    there = engine(("o1", mini_instance("o1", 80 * MIB)))
+    assert gone.held_by_others("me") == there.held_by_others("me")
+    # a spare still booting uses little so far: it is counted as the active copy
+    cs, a, w = mini_instance("o1", 80 * MIB)
+    cs[2] = Held("o1", "reddit", "b", "spare", "mini", 512 * MIB, 5 * MIB)
+    assert engine(("o1", (cs, a, w))).held_by_others("me") == there.held_by_others("me")
+    # a pool's own members are left out by a predicate
+    e = engine(("p-1", mini_instance("p-1", 80 * MIB)), ("x", mini_instance("x", 80 * MIB)))
+    assert e.held_by_others(lambda n: n.startswith("p-"))[1] == 1
+
+
+def test_the_issue_23_scenario_three_mini_instances_leave_room_for_a_spare() -> None:
+    """Three other mini instances (every site, ~1 GiB used each) on a 24 GB host: by limits they hold
+    3 x 9.1 GiB, more than the budget, so 'up reddit' got no spare, silently; by use it gets it."""
+    host = 24 * 10 ** 9
+    all_limits = sum(copy_memory(CAT, s, "mini") for s in CAT.resolve(None, all_sites=True)
+                     if "mini" in CAT.site(s).flavors)
+    old = plan(CAT, ["reddit"], "mini", host_bytes=host, reserved=3 * all_limits, others=3)
+    assert old.spares() == {"reddit": 0}
+    assert old.short()["reddit"].startswith("reddit: 0 of 1 spare: ") and "3 other instances" in old.short()["reddit"]
+    new = plan(CAT, ["reddit"], "mini", host_bytes=host, reserved=3 * int(1 * GIB * MARGIN), others=3,
+               measured={"reddit": 80 * MIB})
+    assert new.spares() == {"reddit": 1} and new.short() == {}
+
+
+def test_sixteen_mini_reddit_instances_each_get_a_spare_by_measured_use() -> None:
+    """The density goal: by limits 15 instances of reddit (proxy, active, spare) leave the 16th no
+    spare on a 24 GB host with every site's spares... by use every one of 16 gets its spare."""
+    host = 24 * 10 ** 9
+    e = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(15)], ("me", mini_instance("me", 80 * MIB)))
+    reserved, others = e.held_by_others("me")
+    assert plan(CAT, ["reddit"], "mini", host_bytes=host, reserved=reserved, others=others,
+                measured=e.active_use("me")).spares() == {"reddit": 1}
+    big = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(30)])
+    by_limits, n = big.held_by_others("me", by_limits=True)
+    p = plan(CAT, ["reddit"], "mini", host_bytes=host, reserved=by_limits, others=n)
+    assert p.spares() == {"reddit": 0} and "30 other instances" in p.sites[0].why
+
+
+def test_a_replan_never_takes_a_spare_back_and_fixed_counts_stay() -> None:
+    p = plan(CAT, ["reddit", "gitlab"], "mini", host_bytes=1 * GIB, at_least={"reddit": 1}, fixed={"gitlab": 0})
+    assert p.spares()["reddit"] == 1 and p.spares()["gitlab"] == 0
+
+
+def test_the_routing_table_keeps_what_the_plan_decided() -> None:
+    t = ProxyState(wanted={"reddit": 0}, planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
+    back = ProxyState.from_json(t.to_json())
+    assert back.planned == t.planned
+    from envctl.state.capacity import short
+    assert short(back, "reddit") and not short(ProxyState(wanted={"reddit": 1}), "reddit")
+    back.wanted["reddit"] = 1
+    assert not short(back, "reddit")
+
+
+
+class FakeInstance:
+    """What capacity.replan uses of an Instance: name, catalog, flavor, table(), sites_up(), routing()."""
+
+    def __init__(self, table: ProxyState) -> None:
+        self.name, self.catalog, self.flavor, self._table = "me", CAT, "mini", table
+
+    def table(self) -> ProxyState:
+        return ProxyState.from_json(self._table.to_json())
+
+    def sites_up(self, table: ProxyState) -> list[str]:
+        return list(table.active)
+
+    def routing(self):  # noqa: ANN201
+        from contextlib import contextmanager
+
+        @contextmanager
+        def block():  # noqa: ANN202
+            t = self.table()
+            yield t
+            self._table = t
+        return block()
+
+
+def test_a_replenisher_replans_a_site_the_plan_cut_and_boots_its_spare_once_it_fits(monkeypatch) -> None:
+    from envctl.state import capacity
+
+    monkeypatch.setattr("envctl.plan.host_memory", lambda: 24 * 10 ** 9)
+    cut = ProxyState(active={"reddit": "a"}, wanted={"reddit": 0},
+                     planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
+    inst = FakeInstance(cut)
+    me = mini_instance("me", 80 * MIB, spare=False, wanted=0)
+    full = engine(*[(f"o{i}", mini_instance(f"o{i}", 400 * MIB)) for i in range(30)], ("me", me))
+    monkeypatch.setattr(capacity, "engine_or_none", lambda: full)
+    assert capacity.replan(inst, "reddit") == 0  # still no room: kept at 0, the reason renewed
+    assert "30 other instances" in inst.table().planned["reddit"]["why"]
+    freed = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(3)], ("me", me))
+    monkeypatch.setattr(capacity, "engine_or_none", lambda: freed)
+    assert capacity.replan(inst, "reddit") == 1  # memory freed up: the spare fits now
+    t = inst.table()
+    assert t.wanted["reddit"] == 1 and t.planned["reddit"]["why"] == "" and not capacity.short(t, "reddit")
+    assert capacity.replan(inst, "reddit") is None  # not short any more: nothing to plan
+    # '--spares 0' (no 'planned' entry): the plan never overrides it
+    explicit = FakeInstance(ProxyState(active={"reddit": "a"}, wanted={"reddit": 0}))
+    assert capacity.replan(explicit, "reddit") is None and explicit.table().wanted == {"reddit": 0}
 
 
 def envctl(*args: str) -> subprocess.CompletedProcess:

@@ -758,33 +758,36 @@ def auth_dir(instance: str) -> Path:
 
 
 def auto_size(catalog: Catalog, sites: list[str], flavor: str, spares: int | None, pool: str,
-              host_bytes: int | None = None, limit: int = 64) -> tuple[int, str]:
+              host_bytes: int | None = None, limit: int = 64, engine: Any = None) -> tuple[int, str]:
     """How many instances of ``sites`` (each with the spares the plan grants it, or ``spares``) fit this
     host's memory budget, counting what other instances on the engine hold (the pool's own members
-    are not counted: a restarted pool reuses them). Returns (count, why)."""
-    from envctl.plan import BUDGET_SHARE, SERVICE_MEMORY_DEFAULT, copy_memory, host_memory
+    are not counted: a restarted pool reuses them). Copies are counted as the capacity plan counts
+    them (issue 23): a running active copy of the same site and flavor on the engine (the pool's own
+    members included) measured × the margin, capped by the limits; the limits when none runs. Other
+    instances are measured the same way. Returns (count, why)."""
+    from envctl.errors import EnvctlError
+    from envctl.plan import BUDGET_SHARE, gib, host_memory, measure_engine
     from envctl.plan import plan as capacity_plan
 
     host = host_memory() if host_bytes is None else host_bytes
-    one_plan = capacity_plan(catalog, sites, flavor, host_bytes=host)
-    granted = one_plan.spares() if spares is None else {
-        s: (spares if catalog.site(s).reset.tier == "spare" else 0) for s in sites}
-    one = sum(copy_memory(catalog, s, flavor) * (1 + granted.get(s, 0)) for s in sites)
-    held = 0
-    for c in dk.containers():
+    if engine is None:
         try:
-            labels = c.config.labels or {}
-            inst = labels.get("envctl.instance") or ""
-            if not inst or inst.startswith(pool + "-") or labels.get("envctl.role") == "proxy":
-                continue
-            held += c.host_config.memory or SERVICE_MEMORY_DEFAULT
-        except dk.NoSuchContainer:
-            continue
+            engine = measure_engine()
+        except EnvctlError:
+            engine = None  # counted by the limits, as before
+    measured = engine.site_use(flavor) if engine is not None else {}
+    fixed = None if spares is None else {s: (spares if catalog.site(s).reset.tier == "spare" else 0) for s in sites}
+    one_plan = capacity_plan(catalog, sites, flavor, host_bytes=host, fixed=fixed, measured=measured)
+    granted = one_plan.spares()
+    one = one_plan.used_bytes
+    held, others = engine.held_by_others(lambda n: n.startswith(pool + "-")) if engine is not None else (0, 0)
     budget = int(host * BUDGET_SHARE) - held
     count = max(0, min(limit, budget // one if one else limit))
-    gib = 1 << 30
-    why = (f"{count} instance(s): one needs {one / gib:.1f} GiB (memory limits, spares {granted}), "
-           f"budget {budget / gib:.1f} GiB of {host / gib:.1f} GiB ({held / gib:.1f} GiB held by other instances)")
+    how = (f"measured x{one_plan.margin:g}, capped by the limits: "
+           + ", ".join(f"{s.site} {s.counted_bytes >> 20} MiB" + ("" if s.measured_bytes is not None else " (limits)")
+                       for s in one_plan.sites)) if measured else "memory limits: nothing of theirs runs to measure"
+    why = (f"{count} instance(s): one needs {gib(one)} ({how}; spares {granted}), "
+           f"budget {gib(budget)} of {gib(host)} ({gib(held)} held by {others} other instance(s))")
     return count, why
 
 

@@ -49,6 +49,9 @@ class ProxyState:
     # Warm copies of named snapshots (envctl.state.warm): site -> snapshot name -> verified, ready slots
     # booted from that snapshot, not routed. A name present with no slot means one is wanted.
     warm: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # Sites whose ``wanted`` the capacity plan decides (not '--spares K'): site -> {"wanted": the catalog's
+    # spares, "why": why it got fewer, "" when it got them}. A replenisher re-plans a site that got fewer.
+    planned: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
@@ -56,7 +59,7 @@ class ProxyState:
         routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
         return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
                    pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [],
-                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {})
+                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {}, planned=raw.get("planned") or {})
 
     def warm_slots(self, site: str) -> list[str]:
         """Every ready warm copy of ``site``, whatever snapshot it was booted from."""
@@ -66,7 +69,8 @@ class ProxyState:
         return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()}, "active": self.active,
                            "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
                            "ports": self.ports, **({"lease": self.lease} if self.lease else {}),
-                           **({"warm": self.warm} if self.warm else {})},
+                           **({"warm": self.warm} if self.warm else {}),
+                           **({"planned": self.planned} if self.planned else {})},
                           indent=1, sort_keys=True)
 
 
