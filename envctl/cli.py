@@ -263,16 +263,30 @@ def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: 
     host_bytes = validate_memory_size(memory, "--memory") if memory is not None else None  # 0, -1g, inf: one line
     names = [n for n in ctx.catalog.resolve(list(site_names), all_sites=not site_names)
              if flavor in ctx.catalog.site(n).flavors]
-    p = plan(ctx.catalog, names, flavor, host_bytes)
+    from envctl.plan import measure_engine
+
+    try:  # what running copies of these sites really use on this engine (a copy is counted by it)
+        engine = measure_engine()
+        measured = engine.site_use(flavor)
+    except EnvctlError:
+        engine, measured = None, {}
+    p = plan(ctx.catalog, names, flavor, host_bytes, measured=measured)
     if as_json:
-        emit_json({**p.to_dict(), "applied_by_up": True})
+        emit_json({**p.to_dict(), "applied_by_up": True,
+                   "engine_used_bytes": engine.used_bytes if engine else None})
         return
     gb = lambda n: f"{n / (1 << 30):.1f} GiB"  # noqa: E731
+    mb = lambda n: f"{n / (1 << 20):.0f} MiB" if n is not None else "-"  # noqa: E731
     table(f"{flavor} flavor on {gb(p.host_bytes)} (budget {gb(p.budget_bytes)}, planned {gb(p.used_bytes)})",
-          ["site", "one copy", "spares wanted", "spares that fit"],
-          [[s.site, gb(s.copy_bytes), s.wanted, s.spares] for s in p.sites])
+          ["site", "copy limit", "measured", f"counted (x{p.margin:g})", "spares wanted", "spares that fit"],
+          [[s.site, gb(s.copy_bytes), mb(s.measured_bytes), mb(s.counted_bytes), s.wanted, s.spares]
+           for s in p.sites])
     if not p.fits:
         click.echo("the active copies alone exceed the budget: start fewer sites at once, or use a larger host")
+    click.echo("measured: the largest running active copy of the site on this engine (none: counted by its limits)"
+               + (f"; the engine's containers use {gb(engine.used_bytes)} now" if engine else
+                  "; the engine could not be read"))
+    click.echo("'envctl up' also counts what other instances on the engine use (measured the same way)")
     click.echo("'envctl up' boots these spares by default ('--spares K' asks for K per site instead)")
 
 
@@ -479,6 +493,11 @@ def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | Non
             click.echo(f"error: login state: {result.login_error}", err=True)
         elif result.login_files:
             click.echo(f"login state: {len(result.login_files)} files in {lab.auth_dir}/", err=True)
+        if result.spares:
+            click.echo("spares (booting in the background): "
+                       + ", ".join(f"{n} {k}" for n, k in result.spares.items()), err=True)
+        for why in result.spares_short.values():  # the capacity plan gave a site fewer than it wants
+            click.echo(f"fewer spares: {why}", err=True)
     _exit_unless(result.ok)
 
 
@@ -524,9 +543,12 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
         active = [c for c in s.containers if c.role == "active"]
         rows.append([s.site, s.url, "[green]healthy[/]" if s.healthy else "[red]unhealthy[/]", probes,
                      active[0].image if active else "-", f"{active[0].uptime_s:.0f}s" if active else "-",
-                     s.spares_ready])
+                     f"{s.spares_ready}/{s.spares_wanted}" if s.spares_wanted or s.spares_note else s.spares_ready])
     table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind})",
           ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+    for s in st.sites:
+        if s.spares_note:  # the capacity plan gave it fewer spares than the catalog wants
+            click.echo(f"fewer spares: {s.spares_note}")
     if st.lease:
         left = float(st.lease.get("expires", 0) or 0) - time.time()
         click.echo(f"lease: {st.lease.get('state')} in pool {st.lease.get('pool')}"

@@ -32,12 +32,11 @@ from envctl.healthchecks.wait import Cancelled, wait_for
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
 from envctl.locks import Busy, locked
 from envctl.paths import data_dir, executable_file, usable_dir
-from envctl.plan import SERVICE_MEMORY_DEFAULT
-from envctl.plan import plan as capacity_plan
 from envctl.provision import docker as dk
 from envctl.provision import proxy
 from envctl.provision.local import Copy, InstanceSettings
 from envctl.provision.ports import port_bindable, port_holder
+from envctl.state import capacity
 from envctl.state import reset as resets
 from envctl.state import snapshots
 from envctl.state import warm as warm_mod
@@ -71,6 +70,7 @@ class UpResult:
     login_files: list[str] = field(default_factory=list)
     login_error: str = ""
     spares: dict[str, int] = field(default_factory=dict)  # spares per site set by this 'up' (booted in the background)
+    spares_short: dict[str, str] = field(default_factory=dict)  # site -> why the plan gave it fewer than it wants
 
     @property
     def ok(self) -> bool:
@@ -79,7 +79,7 @@ class UpResult:
     def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "flavor": self.flavor, "ok": self.ok, "seconds": round(self.seconds, 3),
                 "sites": [asdict(s) for s in self.sites], "login_files": self.login_files,
-                "login_error": self.login_error, "spares": self.spares}
+                "login_error": self.login_error, "spares": self.spares, "spares_short": self.spares_short}
 
 
 @dataclass
@@ -103,6 +103,8 @@ class SiteStatus:
     probes: list[dict[str, Any]]
     containers: list[ContainerStatus]
     spares_ready: int
+    spares_wanted: int = 0  # what the site keeps: the catalog's want when the capacity plan decides it
+    spares_note: str = ""  # why it gets fewer than it wants (the capacity plan's reason), else ""
 
 
 @dataclass
@@ -304,12 +306,20 @@ class Lab:
         if login and result.ok and wait:
             result.login_files = self._seed_logins([s.site for s in result.sites], progress)
             result.login_error = self.login_error
-        want = self._spares_wanted(inst, names, spares)
+        want, planned = self._spares_wanted(inst, names, spares)
         if want:
             # Spares are booted by a detached process: 'up' returns when the active copies are healthy.
             with inst.routing() as table:
                 table.wanted.update(want)
+                for n in want:  # the plan's sites are re-planned by replenishers; '--spares K' sites are not
+                    if n in planned:
+                        table.planned[n] = planned[n]
+                    else:
+                        table.planned.pop(n, None)
             result.spares = want
+            result.spares_short = {n: e["why"] for n, e in planned.items() if e["why"]}
+            for why in result.spares_short.values():
+                progress("*", "spares", f"fewer spares than the catalog wants: {why}")
             boot = [n for n, k in want.items() if k > 0]
             if boot and result.ok:
                 progress("*", "spares", "booting spares in the background: "
@@ -317,35 +327,27 @@ class Lab:
                 resets.spawn_replenish(inst, self.logins, boot)
         return result
 
-    def _spares_wanted(self, inst: Instance, names: list[str], spares: int | None) -> dict[str, int]:
+    def _spares_wanted(self, inst: Instance, names: list[str],
+                       spares: int | None) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
         """Spares per site this 'up' sets: ``--spares K`` for every spare-tier site; without it, what the
-        capacity plan grants the sites that have no setting yet."""
+        capacity plan grants the sites that have no setting yet, or that it gave fewer than they want
+        (planned again: memory may have freed up). The plan counts what copies really use (measured on
+        the engine, × a margin, capped by the limits), here and in the other instances on the engine.
+        Returns (spares, the plan's outcome for the sites it decided: {"wanted", "why"})."""
         spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
         if spares is not None:
-            return {n: spares for n in spare_sites}
+            return {n: spares for n in spare_sites}, {}
         table = inst.table()
-        fresh = [n for n in spare_sites if n not in table.wanted]
+        fresh = [n for n in spare_sites if n not in table.wanted or capacity.short(table, n)]
         if not fresh:
-            return {}
+            return {}, {}
         up = inst.sites_up(table)
         fixed = {n: table.wanted.get(n, 0) for n in up if n not in fresh}
-        granted = capacity_plan(self.catalog, up, inst.settings.flavor, fixed=fixed,
-                                reserved=self._memory_of_other_instances()).spares()
-        return {n: granted.get(n, 0) for n in fresh}
-
-    def _memory_of_other_instances(self) -> int:
-        """The memory limits of every other instance's containers on this engine (a pool of instances on
-        one host shares its memory: each instance's plan counts what the others already hold)."""
-        total = 0
-        for c in dk.containers():
-            try:
-                labels = c.config.labels or {}
-                if labels.get("envctl.instance") in (None, self.instance) or labels.get("envctl.role") == "proxy":
-                    continue
-                total += c.host_config.memory or SERVICE_MEMORY_DEFAULT
-            except dk.NoSuchContainer:
-                continue
-        return total
+        p = capacity.plan_spares(inst, up, fixed=fixed, at_least={n: table.wanted.get(n, 0) for n in fresh})
+        planned: dict[str, dict[str, Any]] = {}
+        capacity.record(planned, p, [n for n in fresh if n in up])
+        granted = p.spares()
+        return {n: granted.get(n, 0) for n in fresh}, planned
 
     def _ensure_site(self, inst: Instance, name: str, *, wait: bool, progress: Progress) -> SiteResult:
         site = self.catalog.site(name)
@@ -701,8 +703,11 @@ class Lab:
                                                           round(time.time() - float(dk.label(c, "created", "0")), 1)))
                     except dk.NoSuchContainer:
                         continue  # removed since the listing (a replenisher's cleanup)
+            planned = table.planned.get(site_name) or {}
+            note = str(planned.get("why") or "") if capacity.short(table, site_name) else ""
             rows.append(SiteStatus(site_name, inst.settings.deployment.url(site) + site.url_path, inst.flavor, ok,
-                                   [p.to_dict() for p in probes], containers, len(table.spares.get(site_name, []))))
+                                   [p.to_dict() for p in probes], containers, len(table.spares.get(site_name, [])),
+                                   int(planned.get("wanted", table.wanted.get(site_name, 0))), note))
         s = inst.settings
         lease: dict[str, Any] = {k: table.lease[k] for k in ("pool", "state", "holder", "sites", "expires", "max_seconds")
                  if k in table.lease}

@@ -36,7 +36,7 @@ from envctl.instance import Instance
 from envctl.locks import locked
 from envctl.provision.local import Copy, mask
 from envctl.provision.proxy import ProxyState, Route
-from envctl.state import snapshots, workers
+from envctl.state import capacity, snapshots, workers
 
 TIERS: tuple[str, ...] = get_args(Tier)  # fastest first; the catalog names them
 Progress = Callable[[str, str, str], None]
@@ -201,6 +201,7 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
     if want is not None:  # an explicit number is the new setting: background refills keep it
         with inst.routing() as table:
             table.wanted[site] = want
+            table.planned.pop(site, None)  # no longer the capacity plan's to decide
     try:
         ctx = locked(f"spare.{inst.name}.{site}", wait=wait, timeout=inst.catalog.site(site).health.timeout * 4)
         ctx.__enter__()
@@ -208,7 +209,8 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
         return []
     try:
         cleanup_strays(inst, logins, site)
-        if want is None:  # the instance's setting ('up --spares K')
+        if want is None:  # the instance's setting ('up --spares K', or the capacity plan's)
+            capacity.replan(inst, site)  # a site the plan cut gets its spare back once it fits (issue 23)
             want = inst.table().wanted.get(site, 0)
         booted = []
         while len(inst.table().spares.get(site, [])) < want:
