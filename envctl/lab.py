@@ -806,8 +806,16 @@ class Lab:
         for c in dk.containers(role="proxy"):
             s = InstanceSettings.from_labels(c.config.labels or {})
             lab = cls(catalog, instance=s.name)
-            out.append(InstanceInfo(s.name, s.flavor, s.public_host, s.bind, s.port_offset, c.state.status or "",
-                                    lab.sites_up(), lab.env("webarena", s), lab.env("visualwebarena", s)))
+            try:
+                sites = lab.sites_up()
+            except EnvctlError:
+                # another process is bringing this instance up or down right now (its proxy runs, its table
+                # is not there yet or any more), or its proxy is not one this envctl can read: listed, no sites
+                sites, state = [], "unreadable"
+            else:
+                state = c.state.status or ""
+            out.append(InstanceInfo(s.name, s.flavor, s.public_host, s.bind, s.port_offset, state,
+                                    sites, lab.env("webarena", s), lab.env("visualwebarena", s)))
         return out
 
     # -- leases (docs/architecture.md, "Leases") --------------------------------------------------
