@@ -235,14 +235,21 @@ class Instance:
         warm lock (a booter killed mid-way leaves one that the next cleanup removes)."""
         keep = {table.active.get(site)} | set(table.spares.get(site, [])) | set(table.warm_slots(site))
         booting = None
+        activating = None
         removed = []
         for (_, slot), c in self.backend.copies(site).items():
             if slot in keep:
                 continue
-            if any(dk.label(x, "role") == WARM_ROLE for x in c.containers.values()):
+            roles = {dk.label(x, "role") for x in c.containers.values()}
+            if WARM_ROLE in roles:
                 if booting is None:
                     booting = self.warm_booting(site)
                 if booting:
+                    continue
+            if "active" in roles:  # perhaps the copy an 'up' (repair) is booting, not yet routed
+                if activating is None:
+                    activating = self._held(self.boot_lock(site))
+                if activating:
                     continue
             self.backend.remove_copy(c)
             removed.append(c)
@@ -253,8 +260,18 @@ class Instance:
         return f"warm.{self.name}.{site}"
 
     def warm_booting(self, site: str) -> bool:
+        return self._held(self.warm_lock(site))
+
+    def boot_lock(self, site: str) -> str:
+        """The lock 'up' holds while it boots an active copy of ``site`` and routes it: until it is routed,
+        that copy is neither active nor spare, and a replenisher's cleanup must not take it for a stray."""
+        return f"boot.{self.name}.{site}"
+
+    @staticmethod
+    def _held(lock: str) -> bool:
+        """Does another process hold ``lock`` right now?"""
         try:
-            with locked(self.warm_lock(site), wait=False):
+            with locked(lock, wait=False):
                 return False
         except EnvctlError:
             return True

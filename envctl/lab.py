@@ -386,12 +386,16 @@ class Lab:
                 except Busy:
                     pass
                 images, golden = snapshots.golden_images(inst, name)
-                copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
-                                      timings=timings)
+                with locked(inst.boot_lock(name)):  # a replenisher's cleanup leaves it alone until routed
+                    copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
+                                          timings=timings)
+                    with inst.routing() as table:
+                        inst.route(table, copy)
                 booted = True
                 fresh = not golden  # configured here: pristine, without the in-place tier's saved state
-            with inst.routing() as table:
-                inst.route(table, copy)
+            if not booted:
+                with inst.routing() as table:
+                    inst.route(table, copy)
             if not wait:
                 return SiteResult(name, True, action, url, timings)
             t = time.monotonic()

@@ -252,10 +252,14 @@ class LocalBackend:
         lines), or '' while every container runs."""
         site = self.catalog.site(copy.site)
         for svc, c in copy.containers.items():
-            live = dk.inspect(c.name)
+            try:
+                name = c.name  # a python-on-whales object reloads itself: the container may be gone by now
+            except dk.NoSuchContainer:
+                return f"the {svc} container of {copy.site} copy {copy.slot} was removed"
+            live = dk.inspect(name)
             if live is None or not live.state.running:
-                return (f"container {c.name} ({svc}) stopped\n--- last log lines ---\n"
-                        f"{mask(site, dk.logs(c.name, 15))}")
+                return (f"container {name} ({svc}) stopped\n--- last log lines ---\n"
+                        f"{mask(site, dk.logs(name, 15))}")
         return ""
 
     def exec(self, copy: Copy, service: str, argv: list[str]) -> tuple[int, str]:
