@@ -415,11 +415,18 @@ def test_python_api_cli_and_status(srv: Server, tmp_path: Path) -> None:
     assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1 and "released" in gone.stderr
     assert (auth_dir(MEMBERS[0]) / "reddit_state.json").exists()
 
-    # A command that fails after the lease was granted gives it back and says so.
+    # An --out that cannot be a folder is refused before the server is asked: no lease is taken.
     srv.wait(srv.all_free, what="a free pool")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     bad = _cli("lease", "acquire", "--sites", "reddit", "--out", str(blocker / "auth"), "--instance", POOL, ok=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--out" in bad.stderr, bad.stderr
+    assert srv.listing()["leases"] == []
+    # A command that fails after the lease was granted (the state file's name is taken by a folder) gives
+    # it back and says so.
+    out = tmp_path / "out"
+    (out / "reddit_state.json").mkdir(parents=True)
+    bad = _cli("lease", "acquire", "--sites", "reddit", "--out", str(out), "--instance", POOL, ok=False)
     assert bad.returncode == 1 and "given back" in bad.stderr, bad.stderr
     assert srv.listing()["leases"] == []
 
