@@ -5,6 +5,7 @@ the unchanged 'envctl lease' client."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -118,7 +119,15 @@ def test_two_host_mini_lab_serves_working_urls_and_rerun_changes_nothing(
         value = host["env"]["WA_REDDIT"]
         assert value.startswith("http://") and value not in seen, f"two hosts share {value}"
         seen.add(value)
-        assert requests.get(value, timeout=30).status_code < 400, value
+        try:
+            answer = requests.get(value, timeout=30).status_code
+        except requests.ConnectionError as exc:  # say what the engine and the hosts' envctl show
+            ps = subprocess.run(["docker", "ps", "-a", "--filter", "label=envctl.instance", "--format",
+                                 "{{.Names}} {{.Status}} {{.Ports}}"], capture_output=True, text=True).stdout
+            logs = [h.ssh("sh", "-c", "tail -n 20 /var/log/envctl-serve-*.log; envctl status --instance "
+                          f"lp{i}").stdout for i, h in enumerate(ssh_hosts)]
+            raise AssertionError(f"{value}: {exc}\n{ps}\n" + "\n".join(logs)) from None
+        assert answer < 400, value
     st = lab.status(LAB)
     assert all(h.ready for h in st.hosts), st
 
