@@ -249,8 +249,7 @@ class Lab:
         existed = any(n.name == net for n in dk.networks(instance=self.instance))
         dk.ensure_network(net, labels)
         c = dk.inspect(proxy.proxy_name(self.instance))
-        if c is not None and c.state.running and set(ports) <= set(proxy.published_ports(self.instance)) \
-                and dk.label(c, "control"):  # an older proxy without a control socket is replaced
+        if c is not None and c.state.running and set(ports) <= set(proxy.published_ports(self.instance)):
             return
         table = proxy.read_state(self.instance) if c is not None and c.state.running else None
         progress("*", "proxy", f"front proxy on {settings.bind}: ports {', '.join(map(str, ports))}")
@@ -397,10 +396,6 @@ class Lab:
             if not booted:
                 with inst.routing() as table:
                     inst.route(table, copy)
-                    # a copy that ran before, restarted alone, may have a new address
-                    moved = proxy.refresh(inst.name, table, [c.name for c in copy.containers.values()])
-                    if moved:
-                        progress(name, "repair", f"the proxy routes {', '.join(moved)} at its new address")
             if not wait:
                 return SiteResult(name, True, action, url, timings)
             t = time.monotonic()

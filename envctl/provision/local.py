@@ -201,8 +201,7 @@ class LocalBackend:
             timings["boot"] = time.monotonic() - t1
             return copy
         except BaseException:
-            # by the names it was given (a container removed meanwhile has no name to look up)
-            dk.remove([r.containers[n] for n in s.services], volumes=True)
+            dk.remove(copy.names or [r.containers[n] for n in s.services], volumes=True)
             raise
 
     def configure(self, copy: Copy, *, progress: Progress = _noop) -> int:
