@@ -29,6 +29,7 @@ from envctl.errors import DockerError, EnvctlError, ImageMissing, NoBrowser, NoS
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import Cancelled, wait_for
+from envctl.images.build import PROXY_IMAGE, build as build_image, proxy_build
 from envctl.instance import Instance, Progress, _noop, network_name, read_settings
 from envctl.locks import Busy, locked
 from envctl.paths import data_dir, executable_file, usable_dir
@@ -254,7 +255,9 @@ class Lab:
         table = proxy.read_state(self.instance) if c is not None and c.state.running else None
         progress("*", "proxy", f"front proxy on {settings.bind}: ports {', '.join(map(str, ports))}")
         try:
-            proxy.create(self.instance, net, settings.bind, ports, labels, table)
+            if not dk.image_exists(PROXY_IMAGE):
+                build_image(proxy_build())
+            proxy.create(self.instance, net, settings.bind, ports, labels, table, image=PROXY_IMAGE)
         except BaseException:
             if not existed:
                 dk.remove_network(net)  # a refused 'up' of a new instance leaves nothing behind

@@ -29,6 +29,7 @@ import yaml
 from envctl.catalog import BUILTIN
 from envctl.lab import Lab
 from envctl.provision import docker as dk
+from envctl.images.build import PROXY_IMAGE, build, proxy_build
 from envctl.provision import proxy
 
 from conftest import tear_down, up_reddit
@@ -182,7 +183,8 @@ def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
     labels = {"envctl.instance": PROXY_INSTANCE}
     made: list[str] = []
     dk.ensure_network(net, labels)
-    proxy.create(PROXY_INSTANCE, net, "127.0.0.1", [PROXY_PORT], labels)
+    build(proxy_build())  # the proxy backend takes its image (envctl.lab builds it)
+    proxy.create(PROXY_INSTANCE, net, "127.0.0.1", [PROXY_PORT], labels, image=PROXY_IMAGE)
 
     def backend() -> str:
         name = f"envctl-{PROXY_INSTANCE}-slow-{uuid.uuid4().hex[:6]}"

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from envctl.errors import DockerError, EnvctlError
-from envctl.images.build import PROXY_IMAGE, build, proxy_build
 from envctl.locks import lock_dir
 from envctl.provision import docker as dk
 
@@ -76,11 +75,6 @@ class ProxyState:
 
 def proxy_name(instance: str) -> str:
     return f"envctl-{instance}-proxy"
-
-
-def ensure_image() -> None:
-    if not dk.image_exists(PROXY_IMAGE):
-        build(proxy_build())
 
 
 def render(state: ProxyState, ports: list[int]) -> str:
@@ -195,15 +189,16 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
 
 
 def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
-           state: ProxyState | None = None) -> None:
-    """(Re)create the proxy publishing ``ports`` on ``bind``; keeps ``state`` when given."""
-    ensure_image()
+           state: ProxyState | None = None, *, image: str) -> None:
+    """(Re)create the proxy from ``image`` publishing ``ports`` on ``bind``; keeps ``state`` when given.
+    The image is the caller's to provide (envctl.lab builds it with envctl.images): this backend of the
+    local engine never builds images."""
     name = proxy_name(instance)
     dk.remove([name])
     _forget(instance)
     spec = dk.RunSpec(
         name=name,
-        image=PROXY_IMAGE,
+        image=image,
         labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports))},
         network=network,
         publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
@@ -230,5 +225,5 @@ def remove(instance: str) -> None:
     _forget(instance)
 
 
-__all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
+__all__ = ["ProxyState", "Route", "proxy_name", "read_state", "apply", "create",
            "remove", "published_ports"]
