@@ -177,6 +177,14 @@ def test_provision_is_the_local_engine_only() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_the_local_engine_layer_builds_no_images() -> None:
+    """envctl.provision runs what it is given: the proxy's image is a parameter (envctl.lab builds it)."""
+    mods = _modules()
+    bad = sorted(f"{m} imports {d}" for m, p in mods.items() if m == "envctl.provision" or m.startswith("envctl.provision.")
+                 for d in _imports(p, set(mods)) if d == "envctl.images" or d.startswith("envctl.images."))
+    assert not bad, "\n".join(bad)
+
+
 def test_only_the_cloud_package_talks_to_aws_and_ansible() -> None:
     bad = sorted(f"{m} imports {lib}" for m, p in _modules().items()
                  if not (m == "envctl.cloud" or m.startswith("envctl.cloud."))
