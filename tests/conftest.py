@@ -223,8 +223,8 @@ _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs
 # Lane b: the cloud lab over SSH (mostly waiting on Ansible), the per-site mini image tests and
 # the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
 LANE_B = ("test_cloud_ansible.py", "test_cloud_pool.py", "test_mini_*.py", "test_soak.py",
-          "test_smoke_runner.py", "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py",
-          "test_cloud_ec2.py", "test_hostile_catalog.py", "test_evaluators.py")
+          "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
+          "test_evaluators.py")
 
 
 def module_lane(name: str) -> str:
@@ -363,6 +363,8 @@ def mini_all(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> I
 # -- the SSH "hosts" and the controller wheel: test_cloud_ansible, test_cloud_pool -------------------
 
 HOSTS_DIR = Path(__file__).with_name("hosts")
+# the instance names the cloud tests give their lab hosts (test_cloud_ansible: lab*, cl*; test_cloud_pool: lp*)
+LAB_INSTANCE_PREFIXES = ("lab", "cl", "lp")
 HOST_IMAGE = "envctl-test/ssh-host:1"
 
 
@@ -401,8 +403,22 @@ def ssh_hosts(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> 
     pub = key.with_suffix(".pub").read_text().strip()
     hosts: list[SshHost] = []
     names: list[str] = []
-    close = _shared("ssh_hosts", lambda: names and subprocess.run(["docker", "rm", "-f", "-v", *names],
-                                                                  capture_output=True))
+
+    def remove() -> None:
+        # The hosts first: that ends their reset servers and background replenishers, which could
+        # otherwise bring a spare or a proxy back after the tests' 'envctl down'. Then every instance the
+        # hosts made on this (shared) engine, from here: nothing of a lab may outlive its tests (the
+        # engine-restart test, for one, runs only on an engine without other containers).
+        if names:
+            subprocess.run(["docker", "rm", "-f", "-v", *names], capture_output=True)
+        listed = subprocess.run(["docker", "ps", "-a", "--filter", "label=envctl.instance", "--format",
+                                 '{{.Label "envctl.instance"}}'], capture_output=True, text=True).stdout.split()
+        for inst in sorted(set(listed)):
+            if inst.startswith(LAB_INSTANCE_PREFIXES):
+                envctl_cli("down", "-i", inst, "--volumes")
+                remove_instance_images(inst)
+
+    close = _shared("ssh_hosts", remove)
     try:
         for _ in range(2):
             name, port = f"envctl-test-host-{uuid.uuid4().hex[:6]}", free_port()
