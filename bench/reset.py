@@ -36,6 +36,13 @@ from envctl.provision import proxy
 INSTANCE, OFFSET = "bench-reset", 27000
 
 
+def table_head(title: str, head: tuple[str, ...]) -> None:
+    """A figure's title and its markdown table head."""
+    print(f"\n{title}\n")
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     k = max(0, min(len(s) - 1, round(p / 100 * (len(s) - 1))))
@@ -175,10 +182,8 @@ def inplace_login(args: argparse.Namespace) -> int:
             print(f"{site}: done", file=sys.stderr, flush=True)
     finally:
         lab.down()
-    print(f"\nin-place reset, mini flavor, N={args.n} per login method (interleaved; verified; login files renewed)\n")
-    head = ("site", "files", "login", "p50 s", "p95 s", "restore p50 s", "verify p50 s", "login p50 s", "login p95 s")
-    print(" | ".join(head))
-    print(" | ".join("---" for _ in head))
+    table_head(f"in-place reset, mini flavor, N={args.n} per login method (interleaved; verified; login files renewed)",
+               ("site", "files", "login", "p50 s", "p95 s", "restore p50 s", "verify p50 s", "login p50 s", "login p95 s"))
     for site in sites:
         n_files = len(login_combos(cat, [site], partners))
         for method in ("http", "browser"):
@@ -265,10 +270,9 @@ def main() -> int:
             print(f"{site}: done", file=sys.stderr, flush=True)
     finally:
         lab.down()
-    print(f"\nreset latency, mini flavor, N={args.n} per site (includes verification and login state)\n")
-    head = ("site", "tier", "p50 s", "p95 s", "recreate s", "recreate/p95", "resets/min K=1", "resets/min K=2", "spare refill s")
-    print(" | ".join(head))
-    print(" | ".join("---" for _ in head))
+    table_head(f"reset latency, mini flavor, N={args.n} per site (includes verification and login state)",
+               ("site", "tier", "p50 s", "p95 s", "recreate s", "recreate/p95", "resets/min K=1", "resets/min K=2",
+                "spare refill s"))
     for site, tier, p50, p95, rec, ratio, k1, k2, refill in rows:
         f = lambda v: "-" if v is None else f"{v:.2f}"
         print(f"{site} | {tier} | {p50:.3f} | {p95:.3f} | {rec:.2f} | {ratio:.1f}x | {f(k1)} | {f(k2)} | {f(refill)}")

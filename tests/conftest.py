@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 import requests
@@ -155,6 +155,48 @@ def browser() -> Iterator[object]:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+# -- login-state helpers (test_auth_mini, test_auth_http) --------------------------------------------
+
+def probe_specs(target: Any, sites: list[str]) -> list[Any]:
+    """The expiry probes of ``sites`` where ``target`` (an envctl.auth Target) publishes them."""
+    from envctl.auth.check import ProbeSpec
+
+    return [ProbeSpec.of(target.catalog, s, target.deployment) for s in sites]
+
+
+def browser_probe(target: Any, sites: list[str], state: Any) -> list[str]:
+    """The probes' problems with login ``state`` (a storage_state path or dict, or None), in a real Chromium."""
+    import asyncio
+
+    from envctl.auth.browser import launch
+    from envctl.auth.check import probe_state
+
+    async def run() -> list[str]:
+        from playwright.async_api import async_playwright
+
+        async with async_playwright() as pw:
+            browser = await launch(pw)
+            try:
+                return await probe_state(browser, probe_specs(target, sites), state)
+            finally:
+                await browser.close()
+
+    return asyncio.run(run())
+
+
+def catalog_copy(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of the built-in catalog with ``edit`` applied to its ``sites`` mapping."""
+    import yaml
+
+    from envctl.catalog import BUILTIN
+
+    raw = yaml.safe_load(BUILTIN.read_text())
+    edit(raw["sites"])
+    p = tmp_path / "sites.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    return p
 
 
 # -- a mini reddit instance of the lab (the fault and soak tests) -----------------------------------

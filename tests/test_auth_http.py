@@ -7,23 +7,21 @@ in-place reset and a spare swap renew the files while the browser executable doe
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import stat
 from pathlib import Path
 
 import pytest
-import yaml
 
 from envctl.auth import LoginFailed, WrongCredentials, login, login_sites
 from envctl.auth import httplogin
-from envctl.auth.browser import launch, launch_kwargs
-from envctl.auth.check import ProbeSpec, probe_state
+from envctl.auth.browser import launch_kwargs
 from envctl.auth.flows import SiteLogin
 from envctl.auth.run import Target
-from envctl.catalog import BUILTIN, Account, load_catalog
+from envctl.catalog import Account, load_catalog
 from envctl.errors import NoBrowser
 from envctl.lab import Lab
+from conftest import browser_probe, catalog_copy, probe_specs
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -42,32 +40,6 @@ def lab(tmp_path_factory):
     assert result.ok, result.to_dict()
     yield lab
     lab.down()
-
-
-def _specs(target: Target, sites):
-    return [ProbeSpec.of(target.catalog, s, target.deployment) for s in sites]
-
-
-def _browser_probe(target: Target, sites, state):
-    async def run():
-        from playwright.async_api import async_playwright
-
-        async with async_playwright() as pw:
-            browser = await launch(pw)
-            try:
-                return await probe_state(browser, _specs(target, sites), state)
-            finally:
-                await browser.close()
-
-    return asyncio.run(run())
-
-
-def _catalog_copy(tmp_path: Path, edit) -> Path:
-    raw = yaml.safe_load(BUILTIN.read_text())
-    edit(raw["sites"])
-    p = tmp_path / "sites.yaml"
-    p.write_text(yaml.safe_dump(raw))
-    return p
 
 
 def _session(path: Path, name: str) -> str:
@@ -137,12 +109,12 @@ def test_http_files_pass_the_probes_and_log_a_real_chromium_in(lab, tmp_path):
     for f in report.files:
         path = Path(f.path)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, f.name
-        assert httplogin.probe_state(_specs(target, f.sites), path) == [], f.name
-        assert _browser_probe(target, f.sites, path) == [], f.name
+        assert httplogin.probe_state(probe_specs(target, f.sites), path) == [], f.name
+        assert browser_probe(target, f.sites, path) == [], f.name
     assert {p.name for p in auth.iterdir()} == FILES  # no temporary files left
     # Not logged in without the cookies (the probe tells the difference over HTTP too).
     for site in SITES:
-        assert httplogin.probe_state(_specs(target, [site]), {"cookies": [], "origins": []}), site
+        assert httplogin.probe_state(probe_specs(target, [site]), {"cookies": [], "origins": []}), site
     # Same shape as the browser path's file for the same site.
     browser_made = login(Target(target.catalog, target.deployment, tmp_path / "browser", target.flavor), ["reddit"],
                          pairs=False)
@@ -184,7 +156,7 @@ def test_wrong_password_is_wrong_credentials_in_one_line(lab, tmp_path):
     def edit(sites):
         sites["reddit"]["accounts"][0]["password"] = secret
 
-    wrong = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance=INSTANCE, auth_dir=tmp_path / "auth")
+    wrong = Lab(catalog=load_catalog(catalog_copy(tmp_path, edit)), instance=INSTANCE, auth_dir=tmp_path / "auth")
     report = login(Target.of_lab(wrong), ["reddit"], pairs=False, http=True)
     (f,) = report.files
     assert (f.ok, f.kind, f.method) == (False, "credentials", "http")
@@ -208,13 +180,13 @@ def test_a_form_the_http_recipe_cannot_read_falls_back_to_the_browser(lab, tmp_p
     def edit(sites):  # a selector only a browser evaluates
         sites["reddit"]["login"]["password"] = {"selector": "input[type=password]:not([disabled])"}
 
-    cat = load_catalog(_catalog_copy(tmp_path, edit))
+    cat = load_catalog(catalog_copy(tmp_path, edit))
     base = Target.of_lab(lab)
     target = Target(cat, base.deployment, tmp_path / "a", base.flavor)
     report = login(target, ["reddit"], pairs=False, http=True)
     (f,) = report.files
     assert f.ok and f.method == "browser" and "HTTP login failed" in f.note and "password field" in f.note, f
-    assert httplogin.probe_state(_specs(target, ["reddit"]), Path(f.path)) == []
+    assert httplogin.probe_state(probe_specs(target, ["reddit"]), Path(f.path)) == []
     monkeypatch.setenv("ENVCTL_CHROMIUM", NO_BROWSER)  # no browser to fall back to: the HTTP failure stands
     (f,) = login(Target(cat, base.deployment, tmp_path / "b", base.flavor), ["reddit"], pairs=False, http=True).files
     assert (f.ok, f.kind, f.method) == (False, "page-changed", "http") and "password field" in f.error
@@ -235,9 +207,9 @@ def test_inplace_reset_renews_login_files_without_chromium(lab, monkeypatch):
         path = auth / name
         assert _session(path, "PHPSESSID") != old, name  # a new session, made during the reset
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert httplogin.probe_state(_specs(target, name.rsplit("_", 1)[0].split(".")), path) == [], name
+        assert httplogin.probe_state(probe_specs(target, name.rsplit("_", 1)[0].split(".")), path) == [], name
     monkeypatch.delenv("ENVCTL_CHROMIUM")
-    assert _browser_probe(target, ["reddit", "classifieds"], auth / "classifieds.reddit_state.json") == []
+    assert browser_probe(target, ["reddit", "classifieds"], auth / "classifieds.reddit_state.json") == []
 
 
 def test_spare_is_logged_in_through_its_backend_header_without_chromium(lab, monkeypatch):
@@ -250,8 +222,8 @@ def test_spare_is_logged_in_through_its_backend_header_without_chromium(lab, mon
     (r,) = lab.reset(["reddit"], replenish_async=False)
     assert r.ok and r.tier == "spare" and r.note == "", r.to_dict()
     target = Target.of_lab(lab)
-    assert httplogin.probe_state(_specs(target, ["reddit"]), auth / "reddit_state.json") == []
+    assert httplogin.probe_state(probe_specs(target, ["reddit"]), auth / "reddit_state.json") == []
     monkeypatch.delenv("ENVCTL_CHROMIUM")
-    assert _browser_probe(target, ["reddit"], auth / "reddit_state.json") == []
+    assert browser_probe(target, ["reddit"], auth / "reddit_state.json") == []
     with lab.running().routing() as st:
         st.wanted["reddit"] = 0

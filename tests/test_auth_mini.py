@@ -7,22 +7,18 @@ so it runs last of that instance's users (conftest's SHARED_USERS).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from envctl.auth import LoginFailed, check, login, login_sites
-from envctl.auth.browser import launch
-from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.run import Target
-from envctl.catalog import BUILTIN, load_catalog
+from envctl.catalog import load_catalog
 from envctl.lab import Lab
-from conftest import MiniAll
+from conftest import MiniAll, browser_probe, catalog_copy
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -49,29 +45,6 @@ def made(lab):
     return report
 
 
-def _probe(target: Target, sites, state):
-    async def run():
-        from playwright.async_api import async_playwright
-
-        async with async_playwright() as pw:
-            browser = await launch(pw)
-            try:
-                return await probe_state(browser, [ProbeSpec.of(target.catalog, s, target.deployment) for s in sites],
-                                         state)
-            finally:
-                await browser.close()
-
-    return asyncio.run(run())
-
-
-def _catalog_copy(tmp_path: Path, edit) -> Path:
-    raw = yaml.safe_load(BUILTIN.read_text())
-    edit(raw["sites"])
-    p = tmp_path / "sites.yaml"
-    p.write_text(yaml.safe_dump(raw))
-    return p
-
-
 def test_every_upstream_file_is_written_valid_and_private(lab, made):
     assert made.ok, made.to_dict()
     assert {f.name for f in made.files} == FILES
@@ -88,9 +61,9 @@ def test_every_upstream_file_is_written_valid_and_private(lab, made):
 def test_each_file_passes_the_probe_and_no_state_is_sent_to_login(lab, made):
     target = Target.of_lab(lab)
     for f in made.files:
-        assert _probe(target, f.sites, Path(f.path)) == [], f.name
+        assert browser_probe(target, f.sites, Path(f.path)) == [], f.name
     for site in SITES:
-        problems = _probe(target, [site], None)
+        problems = browser_probe(target, [site], None)
         assert len(problems) == 1 and ("login" in problems[0] or "sign_in" in problems[0]
                                        or "not on" in problems[0]), problems
 
@@ -173,7 +146,7 @@ def test_wrong_password_reports_the_sites_message(lab, tmp_path):
         sites["classifieds"]["accounts"][0]["password"] = "Wrong.Pass.987"
         sites["reddit"]["accounts"][0]["password"] = "Wrong.Pass.987"
 
-    bad = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "auth")
+    bad = Lab(catalog=load_catalog(catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "auth")
     report = login(Target.of_lab(bad), ["classifieds", "reddit"])
     by = {f.name: f for f in report.files}
     assert by["classifieds_state.json"].kind == "credentials"
@@ -190,7 +163,7 @@ def test_changed_login_page_names_site_url_and_field(lab, tmp_path):
     def edit(sites):
         sites["gitlab"]["login"]["password"] = {"test_id": "password-input"}
 
-    changed = Lab(catalog=load_catalog(_catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "a")
+    changed = Lab(catalog=load_catalog(catalog_copy(tmp_path, edit)), instance=lab.instance, auth_dir=tmp_path / "a")
     report = login(Target.of_lab(changed), ["gitlab"], pairs=False)
     (f,) = report.files
     assert f.kind == "page-changed"
