@@ -811,16 +811,22 @@ class Lab:
     def instances(cls, catalog: Catalog | None = None) -> list[InstanceInfo]:
         out = []
         for c in dk.containers(role="proxy"):
-            s = InstanceSettings.from_labels(c.config.labels or {})
+            try:
+                # labels and status from the listing's one inspect: read later, a proxy that another
+                # process removes meanwhile would be inspected again and raise
+                labels, status = dict(c.config.labels or {}), c.state.status or ""
+            except dk.NoSuchContainer:
+                continue  # removed (its instance downed) since the listing
+            s = InstanceSettings.from_labels(labels)
             lab = cls(catalog, instance=s.name)
             try:
                 sites = lab.sites_up()
-            except EnvctlError:
+            except (EnvctlError, dk.NoSuchContainer):
                 # another process is bringing this instance up or down right now (its proxy runs, its table
                 # is not there yet or any more), or its proxy is not one this envctl can read: listed, no sites
                 sites, state = [], "unreadable"
             else:
-                state = c.state.status or ""
+                state = status
             out.append(InstanceInfo(s.name, s.flavor, s.public_host, s.bind, s.port_offset, state,
                                     sites, lab.env("webarena", s), lab.env("visualwebarena", s)))
         return out

@@ -485,6 +485,36 @@ def test_down_removes_only_that_instance(lc1: dict[str, Any], lc2: dict[str, Any
         subprocess.run(["docker", "rm", "-f", bystander], capture_output=True)
 
 
+def test_instances_lists_on_while_an_instance_is_downed_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in CI (lanes side by side): 'envctl instances' crashed with NoSuchContainer when another
+    process downed an instance between the listing and the read of its proxy's status. Here a real
+    proxy-labelled container is removed at exactly that moment (while its routing table is read)."""
+    from envctl.lab import Lab
+
+    name = f"lcgone{os.getpid()}"
+    cid = subprocess.run(["docker", "run", "-d", "--name", f"envctl-{name}-proxy", "--label", f"envctl.instance={name}",
+                          "--label", "envctl.role=proxy", "--label", "envctl.flavor=mini",
+                          "debian:bookworm-slim", "sleep", "600"], check=True, capture_output=True, text=True).stdout.strip()
+    real = Lab.sites_up
+    removed: list[str] = []
+
+    def downed_meanwhile(self: Lab) -> list[str]:
+        if self.instance == name and not removed:
+            subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
+            removed.append(cid)
+            time.sleep(0.3)  # past python-on-whales' inspect cache: a late status read would inspect again
+        return real(self)
+
+    monkeypatch.setattr(Lab, "sites_up", downed_meanwhile)
+    try:
+        listed = {i.instance: i for i in Lab.instances(load_catalog(BUILTIN))}
+        assert removed == [cid]
+        # listed as it was when found (its status read with its labels), with no sites: never a crash
+        assert listed[name].state in ("running", "unreadable") and listed[name].sites == []
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
 # -- refusals: nothing created ---------------------------------------------------------------------
 
 def test_port_conflict_is_refused_before_anything_is_created(instances_cleanup: None) -> None:
