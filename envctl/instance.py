@@ -251,6 +251,8 @@ class Instance:
                     activating = self._held(self.boot_lock(site))
                 if activating:
                     continue
+            # A copy a route just left is drained: it takes no new request; let those in flight end.
+            proxy.retire(self.name, c.names)
             self.backend.remove_copy(c)
             removed.append(c)
         return removed

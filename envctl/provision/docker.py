@@ -184,6 +184,12 @@ def exec_stdin(name: str | Container, argv: list[str], data: bytes, timeout: flo
 
 
 @_wrap
+def signal(name: str | Container, sig: str) -> None:
+    """Send ``sig`` to a container's main process (e.g. a graceful reload)."""
+    docker.container.kill(name, signal=sig)
+
+
+@_wrap
 def inspect(name: str | Container) -> Container | None:
     try:
         return docker.container.inspect(name)

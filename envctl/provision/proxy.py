@@ -1,23 +1,37 @@
-"""The instance's front proxy: one nginx container that owns every public port.
+"""The instance's front proxy: one HAProxy container (Debian's package) that owns every public port.
 
-Which backend container serves a site is the proxy's routing table, kept inside the proxy
-container (``/etc/nginx/envctl/state.json``, rendered to ``routes.conf``). Switching a site to
-another copy (a reset's spare swap) rewrites the table and reloads nginx gracefully: in-flight
-requests on every site finish, no URL changes. Because the table lives in the container that
-applies it, it cannot drift from what is actually routed, and ``down`` removes it with the proxy.
+Which backend container serves a site is the proxy's routing table (``state.json``). It lives in the
+instance's **control directory** on the host (``<state dir>/proxy-<instance>``, 0700, bind-mounted at
+``/run/envctl`` in the proxy, named by the proxy's ``envctl.control`` label), beside the HAProxy config
+rendered from it and HAProxy's runtime API socket (``admin.sock``, 0600). So:
+
+- reading the table is a file read, and a route change is one write to the control socket plus one
+  read-back that the new server is in force (``set server``/``add server`` on the live process): no
+  ``docker exec``, no reload, well under a millisecond;
+- the config rendered beside the table names the routed containers, so a proxy that restarts (engine
+  restart, ``docker restart``) applies the same table again; ``down`` removes the directory with it;
+- the copy a route leaves is *drained*: it takes no new request, the ones in flight finish, and
+  :func:`retire` waits for them before its containers are removed; a failed connection is retried
+  (``retries``, ``option redispatch``) and, while a site's database is restored in place, requests on
+  its ports are held (:func:`hold`) instead of answered with an error.
+Only a change of the config's shape (a port or a site added or removed) reloads HAProxy (master-worker,
+listeners passed on: no connection refused).
 """
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
-import uuid
+import re
+import shutil
+import socket
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from envctl.errors import DockerError, EnvctlError
+from envctl.images.build import PROXY_IMAGE, build, proxy_build
 from envctl.locks import lock_dir
 from envctl.provision import docker as dk
 
@@ -51,6 +65,12 @@ class ProxyState:
     # Sites whose ``wanted`` the capacity plan decides (not '--spares K'): site -> {"wanted": the catalog's
     # spares, "why": why it got fewer, "" when it got them}. A replenisher re-plans a site that got fewer.
     planned: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Container name -> its address on the instance's network, recorded when a spare or warm copy
+    # becomes ready, so that routing it needs no engine call (a stale one is looked up again).
+    addrs: dict[str, str] = field(default_factory=dict)
+    # Slot -> when it was last verified (probes and fingerprint; time.time()): a spare idle for longer
+    # than the reset's freshness bound is fingerprinted again before it is trusted.
+    verified: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
@@ -58,7 +78,8 @@ class ProxyState:
         routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
         return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
                    pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [],
-                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {}, planned=raw.get("planned") or {})
+                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {}, planned=raw.get("planned") or {},
+                   addrs=raw.get("addrs") or {}, verified=raw.get("verified") or {})
 
     def warm_slots(self, site: str) -> list[str]:
         """Every ready warm copy of ``site``, whatever snapshot it was booted from."""
@@ -69,38 +90,202 @@ class ProxyState:
                            "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
                            "ports": self.ports, **({"lease": self.lease} if self.lease else {}),
                            **({"warm": self.warm} if self.warm else {}),
-                           **({"planned": self.planned} if self.planned else {})},
+                           **({"planned": self.planned} if self.planned else {}),
+                           **({"addrs": self.addrs} if self.addrs else {}),
+                           **({"verified": self.verified} if self.verified else {})},
                           indent=1, sort_keys=True)
+
+
+CONTROL_MOUNT = "/run/envctl"  # the control directory inside the proxy container
+HOLD_MAP = f"{CONTROL_MOUNT}/hold.map"
+LEGACY_STATE = "/etc/nginx/envctl/state.json"  # where the nginx proxy (before the runtime API) kept the table
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
+_ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
+_ALLOW = re.compile(r"^[A-Za-z0-9_.\-\[\]{}()|^$*+?]+$")
+# srv_admin_state bits (HAProxy's SRV_ADMF_*): any maintenance, or drain
+_MAINT, _DRAIN = 0x01 | 0x02 | 0x04 | 0x20 | 0x40, 0x08 | 0x10
 
 
 def proxy_name(instance: str) -> str:
     return f"envctl-{instance}-proxy"
 
 
-def render(state: ProxyState, ports: list[int]) -> str:
-    out = []
+def ensure_image() -> None:
+    if not dk.image_exists(PROXY_IMAGE):
+        build(proxy_build())
+
+
+def control_dir(instance: str) -> Path:
+    """Where a new proxy of ``instance`` keeps its routing table, config and control socket."""
+    return lock_dir() / f"proxy-{instance}"
+
+
+# -- the config --------------------------------------------------------------------------------------
+
+GLOBAL = f"""\
+global
+  stats socket {CONTROL_MOUNT}/admin.sock mode 600 level admin
+  stats timeout 1m
+  lua-load /etc/haproxy/envctl-hold.lua
+  log stderr format raw local0 warning
+  # after a reload (a port added or removed) the old process serves what it has in flight, then ends
+  hard-stop-after 15m
+resolvers docker
+  nameserver dns 127.0.0.11:53
+  hold valid 5s
+  timeout resolve 1s
+defaults
+  mode http
+  log global
+  option dontlognull
+  timeout connect 2s
+  timeout client 900s
+  timeout server 900s
+  timeout tunnel 900s
+  timeout queue 30s
+  # A failed connection is retried (after the request was sent, never: it may not be idempotent), on another server
+  # when one is usable (the copy just routed, when the one that failed is being drained).
+  retries 3
+  option redispatch 1
+  retry-on conn-failure
+  option forwardfor
+  # a backend that vanished without a FIN or RST is detected in 5 + 3 x 2 s
+  option srvtcpka
+  srvtcpka-idle 5s
+  srvtcpka-intvl 2s
+  srvtcpka-cnt 3
+"""
+
+
+def render(state: ProxyState, ports: list[int], *, servers: bool = True) -> str:
+    """HAProxy's config for ``state``; without ``servers``, only its shape (what a route change keeps)."""
+    out = [GLOBAL]
     for port in sorted(ports):
         r = state.routes.get(str(port))
+        out.append(f"frontend p{port}\n  bind :{port}")
         if r is None:
-            out.append(f"server {{ listen {port}; location / {{ default_type text/plain; "
-                       f"return 503 'envctl: no site is active on port {port}\\n'; }} }}")
+            out.append(f'  http-request return status 503 content-type text/plain string '
+                       f'"envctl: no site is active on port {port}"\n')
             continue
-        var = f"$envctl_backend_{port}"
-        out.append(f'map $http_x_envctl_backend {var} {{\n  default "{r.backend}:{r.port}";\n'
-                   + (f'  "~^({r.allow}:{r.port})$" $1;\n' if r.allow else "") + "}")
-        out.append(
-            f"server {{\n  listen {port};\n  location / {{\n"
-            f"    proxy_pass http://{var};\n"
-            "    proxy_set_header X-Envctl-Backend \"\";\n"
-            "    proxy_set_header Host $http_host;\n"
-            "    proxy_set_header X-Real-IP $remote_addr;\n"
-            "    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n"
-            "    proxy_set_header X-Forwarded-Proto $scheme;\n"
-            "    proxy_set_header Upgrade $http_upgrade;\n"
-            "    proxy_set_header Connection $connection_upgrade;\n"
-            "  }\n}"
-        )
+        if r.allow and not _ALLOW.match(r.allow):
+            raise EnvctlError(f"refusing the backend pattern {r.allow!r} for port {port}")
+        out.append("  http-request set-header X-Real-IP %[src]\n  http-request set-header X-Forwarded-Proto http\n"
+                   "  http-request lua.envctl_hold unless { req.hdr(x-envctl-backend) -m found }")
+        if r.allow:
+            out.append(f'  acl copy req.hdr(x-envctl-backend) -m reg "^({r.allow}):[0-9]+$"\n'
+                       f"  use_backend h{port} if copy")
+        out.append(f"  default_backend b{port}\n")
+        out.append(f"backend b{port}\n  balance roundrobin\n  http-request del-header x-envctl-backend\n"
+                   f'  http-request return status 503 content-type text/plain string '
+                   f'"envctl: no copy is routed on port {port}" if {{ nbsrv(b{port}) -m int eq 0 }}')
+        if servers:
+            if not _NAME.match(r.backend):
+                raise EnvctlError(f"refusing the backend name {r.backend!r} for port {port}")
+            out.append(f"  server {r.backend} {r.backend}:{int(r.port)} init-addr libc,none")
+        out.append("")
+        if r.allow:
+            out.append(
+                f"backend h{port}\n"
+                "  http-request do-resolve(txn.dst,docker,ipv4) req.hdr(x-envctl-backend),field(1,:)\n"
+                '  http-request return status 502 content-type text/plain string "envctl: no such copy" '
+                "if !{ var(txn.dst) -m found }\n"
+                "  http-request set-dst var(txn.dst)\n"
+                "  http-request set-dst-port req.hdr(x-envctl-backend),field(2,:)\n"
+                "  http-request del-header x-envctl-backend\n"
+                "  server any 0.0.0.0:0\n")
     return "\n".join(out) + "\n"
+
+
+# -- the control directory and socket ----------------------------------------------------------------
+
+_DIRS: dict[str, Path] = {}  # instance -> control directory of its running proxy, as last found
+
+
+def _alive(d: Path) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(str(d / "admin.sock"))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def command(d: Path, cmd: str, timeout: float = 10.0) -> str:
+    """One write to the proxy's runtime API (commands separated by ';') and its answer."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(d / "admin.sock"))
+        s.sendall(cmd.encode() + b"\n")
+        chunks = []
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            chunks.append(b)
+    except OSError as exc:
+        raise DockerError(f"the front proxy's control socket {d / 'admin.sock'} failed: {exc}",
+                          "run 'envctl up' to repair the proxy") from None
+    finally:
+        s.close()
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _locate(instance: str, wait: float = 10.0) -> tuple[Path | None, Any]:
+    """(control directory, None) of ``instance``'s running proxy; (None, container) for a running proxy
+    without one (the nginx proxy of an older envctl); (None, None) when no proxy runs."""
+    d = _DIRS.get(instance)
+    if d is None:
+        try:
+            d = control_dir(instance)
+        except (EnvctlError, OSError):
+            d = None
+    if d is not None and (d / "state.json").is_file() and _alive(d):
+        _DIRS[instance] = d
+        return d, None
+    _DIRS.pop(instance, None)
+    c = dk.inspect(proxy_name(instance))
+    if c is None or not c.state.running:
+        return None, None
+    label = dk.label(c, "control")
+    if not label:
+        return None, c
+    d = Path(label)
+    deadline = time.monotonic() + wait  # a proxy that just (re)started opens its socket within a second
+    while not _alive(d):
+        if time.monotonic() > deadline:
+            raise DockerError(f"the front proxy {proxy_name(instance)} runs but its control socket {d / 'admin.sock'} "
+                              "does not answer", "run 'envctl up' to recreate it")
+        time.sleep(0.05)
+    _DIRS[instance] = d
+    return d, None
+
+
+def _write(d: Path, name: str, text: str) -> None:
+    tmp = d / f".{name}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, d / name)
+
+
+def _load(d: Path) -> ProxyState:
+    return ProxyState.from_json((d / "state.json").read_text())
+
+
+def read_state(instance: str) -> ProxyState | None:
+    """The live routing table, or None when the instance has no (running) proxy."""
+    d, legacy = _locate(instance)
+    if d is not None:
+        return _load(d)
+    if legacy is None:
+        return None
+    rc, out = dk.exec_argv(legacy, ["cat", LEGACY_STATE])  # an older proxy: read so that 'up' can replace it
+    if rc != 0:
+        raise DockerError(f"cannot read the routing table of {proxy_name(instance)}: {out}")
+    return ProxyState.from_json(out)
 
 
 def published_ports(instance: str) -> list[int]:
@@ -111,119 +296,230 @@ def published_ports(instance: str) -> list[int]:
     return [int(p) for p in raw.split(",") if p]
 
 
-# A process keeps the last routing table it read or wrote. Every write also records a new generation
-# in the state directory (beside the locks every writer holds), so the next read skips the
-# ``docker exec cat`` (~70 ms of a ~0.3 s swap) when nobody has written since. The proxy container's id
-# and start time are part of the key: a recreated or restarted proxy is read again.
-_CACHE: dict[str, tuple[str, str]] = {}  # instance -> (key, routing table JSON)
-_PROXY: dict[str, str] = {}  # instance -> "container id:start time" of the last proxy seen
-
-
-def _generation_file(instance: str) -> Path | None:
-    try:
-        return lock_dir() / f"proxy-{instance}.generation"
-    except (EnvctlError, OSError):
-        return None
-
-
-def _cache_key(instance: str) -> str:
-    f = _generation_file(instance)
-    try:
-        gen = f.read_text() if f else ""
-    except OSError:
-        gen = ""
-    return f"{_PROXY[instance]}:{gen}" if gen and instance in _PROXY else ""
-
-
-def _forget(instance: str) -> None:
-    _CACHE.pop(instance, None)
-    f = _generation_file(instance)
-    if f:
-        f.unlink(missing_ok=True)
-
-
-def _remember(instance: str, text: str) -> None:
-    f = _generation_file(instance)
-    if f is None or instance not in _PROXY:
-        return
-    tmp = f.with_name(f".{f.name}.{os.getpid()}")
-    tmp.write_text(uuid.uuid4().hex)
-    os.replace(tmp, f)
-    _CACHE[instance] = (_cache_key(instance), text)
-
-
-def read_state(instance: str) -> ProxyState | None:
-    """The live routing table, or None when the instance has no (running) proxy."""
+def has_control(instance: str) -> bool:
+    """Whether ``instance``'s proxy is this envctl's kind (a runtime API), not an older nginx one."""
     c = dk.inspect(proxy_name(instance))
+    return c is not None and bool(dk.label(c, "control"))
+
+
+# -- servers at run time -------------------------------------------------------------------------------
+
+def lookup_addr(instance: str, name: str) -> str | None:
+    """``name``'s address on the instance's network (an engine call: done when a copy becomes ready)."""
+    c = dk.inspect(name)
     if c is None or not c.state.running:
         return None
-    _PROXY[instance] = f"{c.id}:{c.state.started_at}"
-    key = _cache_key(instance)
-    cached = _CACHE.get(instance)
-    if key and cached and cached[0] == key:
-        return ProxyState.from_json(cached[1])
-    rc, out = dk.exec_argv(c, ["cat", "/etc/nginx/envctl/state.json"])
-    if rc != 0:
-        raise DockerError(f"cannot read the routing table of {proxy_name(instance)}: {out}")
-    if key:
-        _CACHE[instance] = (key, out)
-    return ProxyState.from_json(out)
+    nets = c.network_settings.networks or {}
+    net = nets.get(f"envctl-{instance}") or next(iter(nets.values()), None)
+    ip = getattr(net, "ip_address", None) if net is not None else None
+    return ip or None
+
+
+def _servers(d: Path) -> dict[str, dict[str, tuple[str, int, str]]]:
+    """backend -> server -> (address, admin state, port), read from the live process."""
+    out: dict[str, dict[str, tuple[str, int, str]]] = {}
+    for line in command(d, "show servers state").splitlines():
+        f = line.split()
+        if len(f) < 19 or not f[0].isdigit():
+            continue
+        out.setdefault(f[1], {})[f[3]] = (f[4], int(f[6]), f[18])
+    return out
+
+
+def _fix(instance: str, state: ProxyState, live: dict[str, dict[str, tuple[str, int, str]]]) -> list[str]:
+    """Runtime API commands that make the live servers what ``state`` routes (none when they are)."""
+    cmds: list[str] = []
+    for port, r in sorted(state.routes.items()):
+        be, want = f"b{port}", r.backend
+        have = live.get(be, {})
+        cur = have.get(want)
+        if cur is None or cur[1] & (_MAINT | _DRAIN) or cur[2] != str(r.port) or cur[0] == "-":
+            ip = state.addrs.get(want)
+            if ip is None or (cur is not None and cur[0] == ip and cur[1] & 0x20):
+                ip = lookup_addr(instance, want)
+                if ip:
+                    state.addrs[want] = ip
+            if ip and _NAME.match(want) and _ADDR.match(ip):
+                if cur is None:
+                    cmds.append(f"add server {be}/{want} {ip}:{int(r.port)}")
+                cmds += [f"set server {be}/{want} addr {ip} port {int(r.port)}", f"set server {be}/{want} state ready"]
+            elif cur is None or cur[1] & (_MAINT | _DRAIN) == 0:
+                continue  # no such container (yet): nothing can be routed to it; what serves keeps serving
+        for other, (_, admin, _) in have.items():
+            if other != want and not admin & (_MAINT | _DRAIN):
+                cmds.append(f"set server {be}/{other} state drain")
+    return cmds
+
+
+def _settle(instance: str, d: Path, state: ProxyState, cmds: list[str], timeout: float = 10.0) -> None:
+    """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cmds:
+            command(d, "; ".join(cmds))
+        cmds = _fix(instance, state, _servers(d))
+        if not cmds:
+            return
+        if time.monotonic() > deadline:
+            raise DockerError(f"the front proxy of '{instance}' did not take the new routes: {'; '.join(cmds)[:300]}",
+                              "run 'envctl up' to repair it")
+        time.sleep(0.02)
 
 
 def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> None:
-    """Install a new routing table atomically and reload nginx gracefully."""
-    name = proxy_name(instance)
-    ports = ports if ports is not None else published_ports(instance)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for fname, text in (("routes.conf", render(state, ports)), ("state.json", state.to_json())):
-            data = text.encode()
-            info = tarfile.TarInfo(fname)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    _forget(instance)  # until the new table is in place, nobody may trust a remembered one
-    rc, out = dk.exec_stdin(name, ["envctl-proxy-apply", "--stdin"], buf.getvalue())
-    if rc != 0:
-        raise DockerError(f"proxy {name} rejected the routing table: {out}")
-    _remember(instance, state.to_json())
+    """Make ``state`` the routing table: written beside the config, then in force in the live proxy.
 
+    A route change is one write to the runtime API (the new server in, the old one drained) and one
+    read-back; a change of the config's shape (ports, which ports route) reloads HAProxy gracefully."""
+    d, legacy = _locate(instance)
+    if d is None:
+        raise DockerError(f"the front proxy of '{instance}' is " + ("an older kind without a control socket"
+                          if legacy is not None else "not running"), "run 'envctl up' to recreate it")
+    ports = sorted(ports if ports is not None else (state.ports or published_ports(instance)))
+    old = _load(d)
+    shape = render(old, old.ports or ports, servers=False) != render(state, ports, servers=False)
+    if len(state.addrs) > 64:  # addresses of long-gone copies
+        keep = {r.backend for r in state.routes.values()}
+        for name in list(state.addrs)[: len(state.addrs) - 64]:
+            if name not in keep:
+                del state.addrs[name]
+    # the optimistic write: computed from the table as it was (no read first)
+    cmds = [] if shape else _fix(instance, state, {
+        f"b{p}": {r.backend: ("?", 0, str(r.port))} for p, r in old.routes.items()})
+    _write(d, "state.json", state.to_json())
+    _write(d, "haproxy.cfg", render(state, ports))
+    if shape:
+        reload(instance, d, state)
+    else:
+        _settle(instance, d, state, cmds)
+
+
+def reload(instance: str, d: Path, state: ProxyState) -> None:
+    """Reload HAProxy on the config just written (master-worker: the listeners are handed over, the old
+    process finishes what it has in flight) and wait until the new one serves ``state``'s routes."""
+    before = command(d, "show info")
+    pid = next((ln.split(":", 1)[1].strip() for ln in before.splitlines() if ln.startswith("Pid:")), "")
+    dk.signal(proxy_name(instance), "SIGUSR2")
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            now = command(d, "show info")
+            if pid not in [ln.split(":", 1)[1].strip() for ln in now.splitlines() if ln.startswith("Pid:")]:
+                break
+        except DockerError:
+            pass
+        if time.monotonic() > deadline:
+            raise DockerError(f"the front proxy of '{instance}' did not reload", f"see 'docker logs {proxy_name(instance)}'")
+        time.sleep(0.05)
+    _settle(instance, d, state, [])
+
+
+def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:
+    """Before ``names`` (containers) are removed: wait until the proxy has no request in flight on them
+    (they are drained: no new ones arrive), then drop them from the live proxy; returns any still busy
+    after ``timeout`` (removed anyway by the caller)."""
+    try:
+        d, _ = _locate(instance)
+    except DockerError:
+        return []
+    if d is None:
+        return []
+    routed = {r.backend for r in _load(d).routes.values()}
+    names = [n for n in names if n not in routed and _NAME.match(n)]
+    deadline = time.monotonic() + timeout
+    while True:
+        busy, where = [], []
+        for line in command(d, "show stat").splitlines():
+            f = line.split(",")
+            if len(f) > 4 and f[1] in names:
+                where.append(f"{f[0]}/{f[1]}")
+                if f[4] not in ("", "0"):
+                    busy.append(f[1])
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if where:
+        command(d, "; ".join(f"set server {w} state maint; del server {w}" for w in where))
+    return busy
+
+
+@contextmanager
+def hold(instance: str, ports: list[int], limit: float = 60.0, drain: float = 10.0) -> Iterator[None]:
+    """Hold new requests on ``ports`` (they wait in the proxy, up to ``limit`` seconds) and wait until the
+    ones in flight have ended (up to ``drain``); release on exit. Used while a site's database is
+    restored inside the running copy, so clients see a delay instead of an error. The hold carries a
+    deadline, so a holder killed mid-way holds requests no longer than ``limit``."""
+    try:
+        d, _ = _locate(instance)
+    except DockerError:
+        d = None
+    if d is None or not ports:
+        yield
+        return
+    until = int(time.time() + limit)
+    command(d, "; ".join(f"del map {HOLD_MAP} {int(p)}; add map {HOLD_MAP} {int(p)} {until}" for p in ports))
+    try:
+        backends = {f"b{int(p)}" for p in ports}
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline:
+            rows = [ln.split(",") for ln in command(d, "show stat").splitlines()]
+            if all(f[4] in ("", "0") for f in rows if len(f) > 4 and f[0] in backends and f[1] == "BACKEND"):
+                break
+            time.sleep(0.02)
+        yield
+    finally:
+        command(d, "; ".join(f"del map {HOLD_MAP} {int(p)}" for p in ports))
+
+
+# -- the container --------------------------------------------------------------------------------------
 
 def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
-           state: ProxyState | None = None, *, image: str) -> None:
-    """(Re)create the proxy from ``image`` publishing ``ports`` on ``bind``; keeps ``state`` when given.
-    The image is the caller's to provide (envctl.lab builds it with envctl.images): this backend of the
-    local engine never builds images."""
+           state: ProxyState | None = None) -> None:
+    """(Re)create the proxy publishing ``ports`` on ``bind``; keeps ``state`` when given."""
+    ensure_image()
     name = proxy_name(instance)
     dk.remove([name])
-    _forget(instance)
+    _DIRS.pop(instance, None)
+    d = control_dir(instance)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
+    (d / "admin.sock").unlink(missing_ok=True)
+    state = state or ProxyState()
+    state.ports = sorted(ports)
+    _write(d, "state.json", state.to_json())
+    _write(d, "haproxy.cfg", render(state, state.ports))
+    _write(d, "hold.map", "")
     spec = dk.RunSpec(
         name=name,
-        image=image,
-        labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports))},
+        image=PROXY_IMAGE,
+        labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports)),
+                "envctl.control": str(d)},
         network=network,
         publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
+        volumes=[(str(d), CONTROL_MOUNT, "rw")],
         memory="256m",
-        # With 'proxy_socket_keepalive on' (nginx.conf) a backend that vanished without a FIN or RST
-        # (cut off the network, its host gone) is detected in about 5 + 3 x 2 s instead of holding the
-        # request for proxy_read_timeout.
-        sysctls={"net.ipv4.tcp_keepalive_time": "5", "net.ipv4.tcp_keepalive_intvl": "2",
-                 "net.ipv4.tcp_keepalive_probes": "3"},
     )
     try:
         dk.run(spec)
         dk.wait_running(name)
-        state = state or ProxyState()
-        state.ports = sorted(ports)
-        apply(instance, state, sorted(ports))
+        found, _ = _locate(instance)
+        if found is None:
+            raise DockerError(f"the front proxy {name} did not start", f"see 'docker logs {name}'")
+        _settle(instance, found, state, [])
     except BaseException:
         dk.remove([name])  # a proxy that could not publish its ports is worth nothing: leave none behind
         raise
 
 
 def remove(instance: str) -> None:
+    c = dk.inspect(proxy_name(instance))
+    label = dk.label(c, "control") if c is not None else ""
     dk.remove([proxy_name(instance)])
-    _forget(instance)
+    _DIRS.pop(instance, None)
+    for d in {Path(label)} if label else set():
+        if d.name == f"proxy-{instance}":
+            shutil.rmtree(d, ignore_errors=True)
 
 
-__all__ = ["ProxyState", "Route", "proxy_name", "read_state", "apply", "create",
-           "remove", "published_ports"]
+__all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
+           "remove", "published_ports", "retire", "hold", "lookup_addr", "control_dir", "has_control", "command"]
