@@ -68,9 +68,10 @@ class ProxyState:
     # Container name -> its address on the instance's network, recorded when a spare or warm copy
     # becomes ready, so that routing it needs no engine call (a stale one is looked up again).
     addrs: dict[str, str] = field(default_factory=dict)
-    # Slot -> when it was last verified (probes and fingerprint; time.time()): a spare idle for longer
-    # than the reset's freshness bound is fingerprinted again before it is trusted.
-    verified: dict[str, float] = field(default_factory=dict)
+    # Slot -> [when it was last verified (probes and fingerprint; time.time()), requests the proxy had
+    # passed to it by X-Envctl-Backend then]: a spare idle for longer than the reset's freshness bound,
+    # or addressed since, is fingerprinted again before it is trusted.
+    verified: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, text: str) -> "ProxyState":
@@ -101,6 +102,7 @@ HOLD_MAP = f"{CONTROL_MOUNT}/hold.map"
 LEGACY_STATE = "/etc/nginx/envctl/state.json"  # where the nginx proxy (before the runtime API) kept the table
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
 _ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
+_ADDR_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:[0-9]+$")
 _ALLOW = re.compile(r"^[A-Za-z0-9_.\-\[\]{}()|^$*+?]+$")
 # srv_admin_state bits (HAProxy's SRV_ADMF_*): any maintenance, or drain
 _MAINT, _DRAIN = 0x01 | 0x02 | 0x04 | 0x20 | 0x40, 0x08 | 0x10
@@ -172,7 +174,7 @@ def render(state: ProxyState, ports: list[int], *, servers: bool = True) -> str:
         out.append("  http-request set-header X-Real-IP %[src]\n  http-request set-header X-Forwarded-Proto http\n"
                    "  http-request lua.envctl_hold unless { req.hdr(x-envctl-backend) -m found }")
         if r.allow:
-            out.append(f'  acl copy req.hdr(x-envctl-backend) -m reg "^({r.allow}):[0-9]+$"\n'
+            out.append(f"  acl copy req.hdr(x-envctl-backend) -m reg '^({r.allow}):[0-9]+$'\n"
                        f"  use_backend h{port} if copy")
         out.append(f"  default_backend b{port}\n")
         out.append(f"backend b{port}\n  balance roundrobin\n  http-request del-header x-envctl-backend\n"
@@ -191,6 +193,9 @@ def render(state: ProxyState, ports: list[int], *, servers: bool = True) -> str:
                 "if !{ var(txn.dst) -m found }\n"
                 "  http-request set-dst var(txn.dst)\n"
                 "  http-request set-dst-port req.hdr(x-envctl-backend),field(2,:)\n"
+                # requests per addressed copy: a spare addressed after it was verified is verified again
+                "  stick-table type string len 200 size 10k store http_req_cnt\n"
+                "  http-request track-sc0 req.hdr(x-envctl-backend)\n"
                 "  http-request del-header x-envctl-backend\n"
                 "  server any 0.0.0.0:0\n")
     return "\n".join(out) + "\n"
@@ -386,10 +391,16 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
     # the optimistic write: computed from the table as it was (no read first)
     cmds = [] if shape else _fix(instance, state, {
         f"b{p}": {r.backend: ("?", 0, str(r.port))} for p, r in old.routes.items()})
+    before = (d / "haproxy.cfg").read_text()
     _write(d, "state.json", state.to_json())
     _write(d, "haproxy.cfg", render(state, ports))
     if shape:
-        reload(instance, d, state)
+        try:
+            reload(instance, d, state)
+        except BaseException:  # HAProxy kept the old config: so do the table and the file it restarts on
+            _write(d, "haproxy.cfg", before)
+            _write(d, "state.json", old.to_json())
+            raise
     else:
         _settle(instance, d, state, cmds)
 
@@ -412,6 +423,19 @@ def reload(instance: str, d: Path, state: ProxyState) -> None:
             raise DockerError(f"the front proxy of '{instance}' did not reload", f"see 'docker logs {proxy_name(instance)}'")
         time.sleep(0.05)
     _settle(instance, d, state, [])
+
+
+def addressed(instance: str, keys: dict[str, str]) -> int:
+    """How many requests the proxy has passed to these copies by ``X-Envctl-Backend`` (public port ->
+    "container:port"), since it started; -1 when it cannot tell (no proxy). One read of the live proxy."""
+    d, _ = _locate(instance)
+    if d is None:
+        return -1
+    total = 0
+    cmds = [f"show table h{int(p)} key {k}" for p, k in sorted(keys.items()) if _ADDR_KEY.match(k)]
+    for m in re.finditer(r"http_req_cnt=(\d+)", command(d, "; ".join(cmds)) if cmds else ""):
+        total += int(m.group(1))
+    return total
 
 
 def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:

@@ -35,10 +35,15 @@ from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
 from envctl.locks import locked
 from envctl.provision.local import Copy, mask
+from envctl.provision import proxy
 from envctl.provision.proxy import ProxyState, Route
 from envctl.state import capacity, snapshots, workers
 
 TIERS: tuple[str, ...] = get_args(Tier)  # fastest first; the catalog names them
+# A spare is verified (probes and fingerprint) when it becomes ready; one idle for longer than this is
+# fingerprinted again when it is swapped in (the golden's databases do not change on their own, but a
+# copy left alone for long is worth one more look).
+SPARE_FRESH_SECONDS = 600.0
 Progress = Callable[[str, str, str], None]
 
 
@@ -120,6 +125,20 @@ def _verified(inst: Instance, copy: Copy, pristine: Fingerprint | None, phases: 
             return fingerprint.result()
         finally:
             phases["verify"] = time.monotonic() - t
+
+
+def _probed(inst: Instance, site: str, phases: dict[str, float]) -> str:
+    """'' when the site's probes pass through the public URL (a spare verified when it became ready, just
+    routed: the flip is in force when it returns, so one pass normally suffices), else why not."""
+    t = time.monotonic()
+    try:
+        ok, results = wait_for(lambda: inst.probe(site), timeout=10, cancel=inst.cancel)
+        if not ok:
+            bad = next(r for r in results if not r.ok)
+            return f"probe '{bad.name}' failed: {bad.detail}"
+        return ""
+    finally:
+        phases["verify"] = time.monotonic() - t
 
 
 # -- login state -------------------------------------------------------------------------------
@@ -224,8 +243,18 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
                           headers=inst.backend_header(copy, inst.catalog.site(site).entry))
                 except NoBrowser:
                     pass  # a machine without a browser (a lab host): the spare is pristine, without login files
+            # Verified once more now that it is logged in (the login wrote its sessions), so that the swap
+            # need not fingerprint it; its addresses are recorded so that routing it needs no engine call.
+            why = inst.not_pristine(copy, inst.pristine(site, inst.table()))
+            if why:
+                inst.backend.remove_copy(copy)
+                raise ResetFailed(f"{site}: spare {copy.slot} is not pristine after its login: {why}")
+            addrs = {c.name: proxy.lookup_addr(inst.name, c.name) for c in copy.containers.values()}
+            seen = proxy.addressed(inst.name, _backend_keys(inst, site, copy.slot))
             with inst.routing() as table:
                 table.spares.setdefault(site, []).append(copy.slot)
+                table.verified[copy.slot] = [time.time(), seen]
+                table.addrs.update({k: v for k, v in addrs.items() if v})
             progress(site, "spare", f"spare {copy.slot} ready")
             booted.append(copy.slot)
         cleanup_strays(inst, logins, site)
@@ -259,12 +288,27 @@ def stop_replenishers(instance: str, sites: list[str] | None = None, timeout: fl
 
 # -- the tiers ---------------------------------------------------------------------------------
 
-def _swap_to_spare(inst: Instance, site: str,
-                   phases: dict[str, float]) -> tuple[str, Copy, Fingerprint | None] | None:
-    """Route the site to its first ready spare: one read and one write of the routing table.
+def _backend_keys(inst: Instance, site: str, slot: str) -> dict[str, str]:
+    """Public port -> the X-Envctl-Backend value that addresses this copy there."""
+    spec = inst.catalog.site(site)
+    d = inst.settings.deployment
+    keys = {}
+    for svc in spec.services_for(inst.flavor):
+        ports = spec.services[svc].ports
+        if ports is not None:
+            public = d.port(ports.public)
+            keys[str(public)] = f"{inst.backend.container_name(site, svc, slot)}:{ports.container_port(public)}"
+    return keys
 
-    Returns (dirty slot, the new active copy, pristine fingerprint), or None when no spare is ready.
-    A spare that died after it was marked ready is caught by the verification that follows.
+
+def _swap_to_spare(inst: Instance, site: str,
+                   phases: dict[str, float]) -> tuple[str, Copy, Fingerprint | None, float] | None:
+    """Route the site to its first ready spare: one read and one write of the routing table (a flip of
+    the proxy's live route, no reload).
+
+    Returns (dirty slot, the new active copy, pristine fingerprint, when the spare was last verified),
+    or None when no spare is ready. A spare that died after it was marked ready is caught by the probe
+    that follows.
     """
     t = time.monotonic()
     spec = inst.catalog.site(site)
@@ -284,9 +328,12 @@ def _swap_to_spare(inst: Instance, site: str,
                 table.routes[str(public)] = Route(name, ports.container_port(public), route.allow if route else "")
         table.active[site] = slot
         table.spares[site] = ready[1:]
+        record = table.verified.pop(slot, [0.0, -1])
+        # addressed since it was verified (someone reached the spare): not to be trusted without a fingerprint
+        verified = record[0] if proxy.addressed(inst.name, _backend_keys(inst, site, slot)) == record[1] else 0.0
         pristine = inst.pristine(site, table)
     phases["swap"] = time.monotonic() - t
-    return dirty, Copy(site, slot, dict(names)), pristine  # type: ignore[arg-type]  # names address containers
+    return dirty, Copy(site, slot, dict(names)), pristine, verified  # type: ignore[arg-type]  # names address containers
 
 
 def _spare_booting(inst: Instance, site: str) -> bool:
@@ -299,7 +346,7 @@ def _spare_booting(inst: Instance, site: str) -> bool:
 
 
 def _wait_for_spare(inst: Instance, site: str,
-                    phases: dict[str, float]) -> tuple[str, Copy, Fingerprint | None] | None:
+                    phases: dict[str, float]) -> tuple[str, Copy, Fingerprint | None, float] | None:
     """Swap to the spare a replenisher is booting, as soon as it is ready; None if the replenisher ends
     without one (or the site's health deadline passes)."""
     t = time.monotonic()
@@ -341,7 +388,12 @@ def _inplace(inst: Instance, site: str, phases: dict[str, float], progress: Prog
     if active is None:
         raise SiteNotUp(site, inst.name)
     t = time.monotonic()
-    inst.backend.run_steps(active, inplace.restore, "restore", progress=progress)
+    d = inst.settings.deployment
+    ports = [d.port(p) for p in inst.catalog.site(site).public_ports().values()]
+    # New requests wait in the proxy and those in flight end before the database goes: clients see
+    # a delay, not the errors of a copy whose database is being replaced.
+    with proxy.hold(inst.name, ports):
+        inst.backend.run_steps(active, inplace.restore, "restore", progress=progress)
     phases["inplace"] = time.monotonic() - t
 
 
@@ -412,7 +464,7 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                         progress(site, "escalate", "no spare ready; " + (
                             "restoring in place" if "inplace" in chain else "recreating"))
                         continue
-                    dirty, copy, pristine = swapped
+                    dirty, copy, pristine, verified = swapped
                 else:
                     if t == "endpoint":
                         _endpoint(inst, site, phases)
@@ -425,7 +477,10 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
                     if active is None:
                         raise SiteNotUp(site, inst.name)
                     copy, pristine = active, inst.pristine(site, table)
-                why = _verified(inst, copy, pristine, phases)
+                if t == "spare" and pristine is not None and time.time() - verified < SPARE_FRESH_SECONDS:
+                    why = _probed(inst, site, phases)  # fingerprinted when it became ready
+                else:
+                    why = _verified(inst, copy, pristine, phases)
                 if why:
                     escalations.append(f"{t}: {why}")
                     progress(site, "escalate", f"{t} did not verify ({why}); escalating")
