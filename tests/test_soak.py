@@ -1,10 +1,11 @@
 """Soak (issue #14): logins and page loads through the front proxy on reddit for 60 s while
 ``reset reddit`` runs in a loop (spare swaps, background refills, recreates when no spare is ready).
 
-Counted: requests, failed requests (HTTP >= 500, connection errors, a login that does not log in)
-and hung requests (> 10 s). Asserted: none hung, and every failure overlaps a reset (the swap
-window: from the start of a reset to its end, plus one second of slack for nginx's graceful reload).
-The figures are printed (run with -s) for the closing note.
+Counted: requests, failed requests (any answer that is not 2xx/3xx, connection errors, a login that
+does not log in) and hung requests (> 10 s). Asserted: none hung and **none failed**, swaps and the
+in-place tier included: the proxy flips routes without a reload, drains the copy it leaves, retries a
+failed connection and holds requests while a database is restored in place. The figures are printed
+(run with -s) for the closing note.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 INSTANCE, OFFSET = "ftsoak", 45000
 LOAD_SECONDS = 60
 HUNG = 10.0
-SLACK = 1.0
 USER, PASSWORD = "MarvelsGrantMan136", "test1234"
 
 
@@ -76,7 +76,7 @@ def client(base: str, rec: Recorder, stop: threading.Event, n: int) -> None:
         t = time.monotonic()
         try:  # a login: the form post, then the front page must show the user
             r = s.post(f"{base}/login_check", data={"_username": USER, "_password": PASSWORD}, timeout=HUNG + 5)
-            problem = f"HTTP {r.status_code}" if r.status_code >= 500 else \
+            problem = f"HTTP {r.status_code}" if not 200 <= r.status_code < 400 else \
                 "login did not log in" if r.url.rstrip("/").endswith("/login") else ""
         except requests.RequestException as exc:
             problem = type(exc).__name__
@@ -87,13 +87,16 @@ def client(base: str, rec: Recorder, stop: threading.Event, n: int) -> None:
             t = time.monotonic()
             try:
                 r = s.get(f"{base}{path}", timeout=HUNG + 5)
-                problem = f"HTTP {r.status_code}" if r.status_code >= 500 else ""
+                problem = f"HTTP {r.status_code}" if not 200 <= r.status_code < 400 else ""
             except requests.RequestException as exc:
                 problem = type(exc).__name__
             rec.add("page", t, problem)
 
 
-def test_logins_and_pages_while_resetting(lab):
+@pytest.mark.parametrize("tier,seconds", [(None, LOAD_SECONDS), ("inplace", LOAD_SECONDS // 2)])
+def test_logins_and_pages_while_resetting(lab, tier, seconds):
+    """Spare swaps (the default chain), then the in-place tier (the database restored inside the routed
+    copy, requests held meanwhile)."""
     base = lab.settings().deployment.url(lab.catalog.site("reddit"))
     rec = Recorder()
     stop = threading.Event()
@@ -102,9 +105,9 @@ def test_logins_and_pages_while_resetting(lab):
     for t in threads:
         t.start()
     start = time.monotonic()
-    while time.monotonic() - start < LOAD_SECONDS:
+    while time.monotonic() - start < seconds:
         t0 = time.monotonic()
-        [r] = lab.reset(["reddit"])
+        [r] = lab.reset(["reddit"], tier=tier, replenish_async=tier is None)
         windows.append((t0, time.monotonic(), r.tier, r.ok))
         time.sleep(0.5)
     stop.set()
@@ -115,21 +118,19 @@ def test_logins_and_pages_while_resetting(lab):
     reqs = rec.requests
     failed = [q for q in reqs if q[3]]
     hung = [q for q in reqs if q[2] - q[1] > HUNG]
-    outside = [q for q in failed
-               if not any(q[1] <= w_end + SLACK and q[2] >= w_start - SLACK for w_start, w_end, _, _ in windows)]
     tiers: dict[str, int] = {}
     for w in windows:
         tiers[w[2]] = tiers.get(w[2], 0) + 1
     durations = sorted(q[2] - q[1] for q in reqs)
     p95 = durations[int(len(durations) * 0.95)] if durations else 0.0
     swap_time = sum(w[1] - w[0] for w in windows)
-    print(f"\nsoak {LOAD_SECONDS}s on reddit: {len(reqs)} requests ({sum(q[0] == 'login' for q in reqs)} logins), "
-          f"{len(failed)} failed, {len(hung)} hung (> {HUNG:.0f}s), {len(outside)} failures outside a reset; "
+    print(f"\nsoak {seconds}s on reddit ({tier or 'spare'} tier): {len(reqs)} requests ({sum(q[0] == 'login' for q in reqs)} logins), "
+          f"{len(failed)} failed, {len(hung)} hung (> {HUNG:.0f}s); "
           f"p95 {p95:.3f}s, max {durations[-1] if durations else 0:.3f}s; {len(windows)} resets "
           f"({', '.join(f'{k}={v}' for k, v in sorted(tiers.items()))}; all ok: {all(w[3] for w in windows)}), "
-          f"reset time {swap_time:.1f}s of {LOAD_SECONDS}s")
+          f"reset time {swap_time:.1f}s of {seconds}s")
     for q in failed[:10]:
         print(f"  failed {q[0]} at +{q[1] - start:.2f}s after {q[2] - q[1]:.2f}s: {q[3]}")
     assert reqs and all(w[3] for w in windows), windows
     assert not hung, hung[:5]
-    assert not outside, outside[:5]
+    assert not failed, failed[:5]

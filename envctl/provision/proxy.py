@@ -410,9 +410,12 @@ def reload(instance: str, d: Path, state: ProxyState) -> None:
     process finishes what it has in flight) and wait until the new one serves ``state``'s routes."""
     before = command(d, "show info")
     pid = next((ln.split(":", 1)[1].strip() for ln in before.splitlines() if ln.startswith("Pid:")), "")
-    dk.signal(proxy_name(instance), "SIGUSR2")
     deadline = time.monotonic() + 15
+    signalled = 0.0
     while True:
+        if time.monotonic() - signalled > 1.0:  # a master still settling its last start ignores it: again
+            dk.signal(proxy_name(instance), "SIGUSR2")
+            signalled = time.monotonic()
         try:
             now = command(d, "show info")
             if pid not in [ln.split(":", 1)[1].strip() for ln in now.splitlines() if ln.startswith("Pid:")]:

@@ -1,0 +1,121 @@
+"""Flip time of the front proxy: how long switching one public port to another backend takes (issue 23).
+
+Old: the nginx proxy of envctl before the runtime API (its image built from ``git show REV:envctl/images/
+proxy``): one ``docker exec -i envctl-proxy-apply --stdin`` (tar of the rendered routes), ``nginx -t``, a
+graceful reload and the wait until the old workers stop accepting. New: HAProxy's runtime API on the
+control socket (``proxy.apply``: the table and config written in the control directory, one socket write,
+one read-back). Both route between the same two backends on a private network; each flip is followed by
+a request through the public port that must reach the new backend. Prints medians, p95 and the ratio.
+
+    python bench/proxy_flip.py [--n 40] [--rev main]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+from envctl.images.build import ImageBuild, build
+from envctl.provision import docker as dk
+from envctl.provision import proxy
+
+NET, OLD, NEW, OLD_PORT, NEW_PORT = "envctl-pxbench", "envctl-pxbench-old-proxy", "pxbench", 45991, 45992
+APP = ("import http.server,os\nclass H(http.server.BaseHTTPRequestHandler):\n def do_GET(self):\n"
+       "  b=os.environ['N'].encode(); self.send_response(200); self.send_header('Content-Length',str(len(b)))\n"
+       "  self.end_headers(); self.wfile.write(b)\n def log_message(self,*a): pass\n"
+       "http.server.ThreadingHTTPServer(('0.0.0.0',8000),H).serve_forever()\n")
+
+
+def pct(v: list[float], p: float) -> float:
+    s = sorted(v)
+    return s[max(0, min(len(s) - 1, round(p / 100 * (len(s) - 1))))]
+
+
+def old_image(rev: str) -> str:
+    """The nginx proxy image as of ``rev`` (built under its own tag)."""
+    d = Path(tempfile.mkdtemp(prefix="pxbench-"))
+    for f in ("Dockerfile", "nginx.conf", "envctl-proxy-apply"):
+        (d / f).write_bytes(subprocess.run(["git", "show", f"{rev}:envctl/images/proxy/{f}"], check=True,
+                                           capture_output=True).stdout)
+    tag = "envctl-bench/proxy-nginx:old"
+    build(ImageBuild("proxy-old", tag, d / "Dockerfile", d))
+    return tag
+
+
+def old_render(backend: str) -> bytes:
+    conf = (f"server {{\n  listen {OLD_PORT};\n  location / {{\n    proxy_pass http://{backend}:8000;\n  }}\n}}\n")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, text in (("routes.conf", conf), ("state.json", "{}")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--rev", default="main", help="git revision holding the old (nginx) proxy")
+    args = ap.parse_args()
+    tag = old_image(args.rev)
+    backends = ["pxbench-a", "pxbench-b"]
+    dk.ensure_network(NET, {"envctl.instance": NEW})
+    try:
+        for b in backends:
+            subprocess.run(["docker", "rm", "-f", b], capture_output=True)
+            subprocess.run(["docker", "run", "-d", "--name", b, "--network", NET, "-e", f"N={b}",
+                            "--label", f"envctl.instance={NEW}", "envctl-mini/base:1", "python3", "-c", APP],
+                           check=True, capture_output=True)
+        subprocess.run(["docker", "rm", "-f", OLD], capture_output=True)
+        subprocess.run(["docker", "run", "-d", "--name", OLD, "--network", NET, "-p", f"127.0.0.1:{OLD_PORT}:{OLD_PORT}",
+                        tag], check=True, capture_output=True)
+        proxy.create(NEW, NET, "127.0.0.1", [NEW_PORT], {"envctl.instance": NEW})
+        st = proxy.read_state(NEW)
+        assert st is not None
+        st.routes[str(NEW_PORT)] = proxy.Route(backends[0], 8000)
+        proxy.apply(NEW, st)
+        for b in backends:  # what a spare's readiness records
+            st.addrs[b] = proxy.lookup_addr(NEW, b) or ""
+        proxy.apply(NEW, st)
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for i in range(args.n):
+            to = backends[(i + 1) % 2]
+            t = time.perf_counter()
+            rc = subprocess.run(["docker", "exec", "-i", OLD, "envctl-proxy-apply", "--stdin"], input=old_render(to),
+                                capture_output=True).returncode
+            times["old"].append(time.perf_counter() - t)
+            assert rc == 0 and requests.get(f"http://127.0.0.1:{OLD_PORT}/", timeout=10).text == to
+            st = proxy.read_state(NEW)
+            assert st is not None
+            t = time.perf_counter()
+            st.routes[str(NEW_PORT)] = proxy.Route(to, 8000)
+            proxy.apply(NEW, st)
+            times["new"].append(time.perf_counter() - t)
+            assert requests.get(f"http://127.0.0.1:{NEW_PORT}/", timeout=10).text == to
+            proxy.retire(NEW, [backends[i % 2]])  # the old server, drained
+    finally:
+        subprocess.run(["docker", "rm", "-f", OLD, *backends], capture_output=True)
+        proxy.remove(NEW)
+        dk.remove_network(NET)
+    o, n = statistics.median(times["old"]), statistics.median(times["new"])
+    print(f"\nroute flip, {args.n} flips each (a request through the public port after each reaches the new backend)\n")
+    print("mechanism | p50 ms | p95 ms")
+    print("--- | --- | ---")
+    print(f"old: docker exec + nginx reload + old workers gone | {o * 1000:.1f} | {pct(times['old'], 95) * 1000:.1f}")
+    print(f"new: HAProxy runtime API (socket write + read-back) | {n * 1000:.2f} | {pct(times['new'], 95) * 1000:.2f}")
+    print(f"\nratio old/new (p50): {o / n:.0f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
