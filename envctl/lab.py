@@ -400,6 +400,10 @@ class Lab:
             if not booted:
                 with inst.routing() as table:
                     inst.route(table, copy)
+                    # a copy that ran before, restarted alone, may have a new address
+                    moved = proxy.refresh(inst.name, table, [c.name for c in copy.containers.values()])
+                    if moved:
+                        progress(name, "repair", f"the proxy routes {', '.join(moved)} at its new address")
             if not wait:
                 return SiteResult(name, True, action, url, timings)
             t = time.monotonic()

@@ -55,7 +55,7 @@ def mini_builds() -> list[ImageBuild]:
 
 
 def proxy_build() -> ImageBuild:
-    """The instances' front proxy (nginx from Debian's packages)."""
+    """The instances' front proxy (HAProxy from Debian's packages)."""
     return ImageBuild("proxy", PROXY_IMAGE, PROXY_DIR / "Dockerfile", PROXY_DIR)
 
 

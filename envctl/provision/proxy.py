@@ -356,6 +356,30 @@ def _fix(instance: str, state: ProxyState, live: dict[str, dict[str, tuple[str, 
     return cmds
 
 
+def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
+    """Look ``names`` (containers) up again and point the live servers of that name at where they are now:
+    a container restarted alone may have a new address, which nothing else would notice until its next
+    route change. ``state.addrs`` is updated (the caller's table, written when its block ends); returns
+    the names whose address changed. Engine calls: used by 'up' when it repairs a running copy."""
+    d, _ = _locate(instance)
+    if d is None:
+        return []
+    found = {n: lookup_addr(instance, n) for n in names if _NAME.match(n)}
+    cmds, moved = [], []
+    for be, servers in _servers(d).items():
+        for name, (addr, _, port) in servers.items():
+            ip = found.get(name)
+            if ip and _ADDR.match(ip) and addr != ip and port.isdigit():
+                cmds.append(f"set server {be}/{name} addr {ip} port {int(port)}")
+                moved.append(name)
+    for n, ip in found.items():
+        if ip:
+            state.addrs[n] = ip
+    if cmds:
+        command(d, "; ".join(cmds))
+    return sorted(set(moved))
+
+
 def _settle(instance: str, d: Path, state: ProxyState, cmds: list[str], timeout: float = 10.0) -> None:
     """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes."""
     deadline = time.monotonic() + timeout
@@ -405,26 +429,76 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
         _settle(instance, d, state, cmds)
 
 
+def _master_ready(d: Path) -> bool | None:
+    """Whether HAProxy's master answers on its CLI (``master.sock``) with a worker running: only then is a
+    reload it is asked for done (one asked, or a SIGUSR2 sent, while it is still starting is lost, though
+    the worker's socket already answers). None when there is no master socket (an older proxy)."""
+    if not (d / "master.sock").exists():
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1)
+    try:
+        s.connect(str(d / "master.sock"))
+        s.sendall(b"show proc\n")
+        out = b""
+        while b"# programs" not in out:  # the master's CLI keeps the connection: read up to the last section
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        return b" worker " in out
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _ask_master(d: Path, cmd: str) -> bool:
+    """Send ``cmd`` to HAProxy's master CLI; False when nothing listens there."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(str(d / "master.sock"))
+        s.sendall(cmd.encode() + b"\n")
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _worker_pid(d: Path) -> str:
+    try:
+        info = command(d, "show info", timeout=2)
+    except DockerError:
+        return ""
+    return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("Pid:")), "")
+
+
 def reload(instance: str, d: Path, state: ProxyState) -> None:
     """Reload HAProxy on the config just written (master-worker: the listeners are handed over, the old
-    process finishes what it has in flight) and wait until the new one serves ``state``'s routes."""
-    before = command(d, "show info")
-    pid = next((ln.split(":", 1)[1].strip() for ln in before.splitlines() if ln.startswith("Pid:")), "")
+    process finishes what it has in flight) and wait until the new one serves ``state``'s routes.
+
+    Asked on the master's CLI once the master answers there (a proxy that just started has a worker
+    serving before its master is ready for a reload); a proxy without that socket is sent SIGUSR2, again
+    each second."""
+    pid = _worker_pid(d)
     deadline = time.monotonic() + 15
-    signalled = 0.0
+    asked = -1e9
     while True:
-        if time.monotonic() - signalled > 1.0:  # a master still settling its last start ignores it: again
-            dk.signal(proxy_name(instance), "SIGUSR2")
-            signalled = time.monotonic()
-        try:
-            now = command(d, "show info")
-            if pid not in [ln.split(":", 1)[1].strip() for ln in now.splitlines() if ln.startswith("Pid:")]:
-                break
-        except DockerError:
-            pass
+        if time.monotonic() - asked > 3.0:
+            ready = _master_ready(d)
+            if ready is None:
+                dk.signal(proxy_name(instance), "SIGUSR2")
+                asked = time.monotonic() - 2.0  # again after a second
+            elif ready and _ask_master(d, "reload"):
+                asked = time.monotonic()
+        now = _worker_pid(d)
+        if now and now != pid:
+            break
         if time.monotonic() > deadline:
             raise DockerError(f"the front proxy of '{instance}' did not reload", f"see 'docker logs {proxy_name(instance)}'")
-        time.sleep(0.05)
+        time.sleep(0.02)
     _settle(instance, d, state, [])
 
 
@@ -549,4 +623,4 @@ def remove(instance: str) -> None:
 
 
 __all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
-           "remove", "published_ports", "retire", "hold", "lookup_addr", "control_dir", "has_control", "command"]
+           "remove", "published_ports", "retire", "hold", "lookup_addr", "refresh", "control_dir", "has_control", "command"]
