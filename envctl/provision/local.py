@@ -201,7 +201,8 @@ class LocalBackend:
             timings["boot"] = time.monotonic() - t1
             return copy
         except BaseException:
-            dk.remove(copy.names or [r.containers[n] for n in s.services], volumes=True)
+            # by the names it was given (a container removed meanwhile has no name to look up)
+            dk.remove([r.containers[n] for n in s.services], volumes=True)
             raise
 
     def configure(self, copy: Copy, *, progress: Progress = _noop) -> int:

@@ -36,7 +36,7 @@ from envctl.errors import EnvctlError, NoBrowser, ResetFailed
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import WARM_ROLE, Instance
-from envctl.locks import locked
+from envctl.locks import Busy, locked
 from envctl.provision import docker as dk
 from envctl.provision.local import Copy
 from envctl.state import reset as resets
@@ -203,10 +203,21 @@ def boot_warm(inst: Instance, site: str, name: str, progress: Progress = _noop) 
         raise
 
 
+def _cleanup(inst: Instance, logins: Logins, site: str) -> None:
+    """Remove ``site``'s stray copies under its spare lock: a recreate, a snapshot restore or a replenisher
+    holds that lock while its copy is neither active nor a spare, and would lose it to this cleanup. A
+    holder that keeps it too long cleans up after itself; this one is skipped then."""
+    try:
+        with locked(f"spare.{inst.name}.{site}", timeout=inst.catalog.site(site).health.timeout * 2):
+            resets.cleanup_strays(inst, logins, site)
+    except Busy:
+        pass
+
+
 def replenish(inst: Instance, logins: Logins, site: str, progress: Progress = _noop) -> list[str]:
     """Remove dirty copies, then boot a warm copy for every snapshot of ``site`` that wants one and has
     none ready. Waits for another booter of the site (it may be booting what is wanted)."""
-    resets.cleanup_strays(inst, logins, site)
+    _cleanup(inst, logins, site)
     booted = []
     with locked(inst.warm_lock(site), timeout=inst.catalog.site(site).health.timeout * 4):
         while not inst.cancel.is_set():
@@ -218,7 +229,7 @@ def replenish(inst: Instance, logins: Logins, site: str, progress: Progress = _n
             if copy is None:
                 continue
             booted.append(copy.slot)
-    resets.cleanup_strays(inst, logins, site)
+    _cleanup(inst, logins, site)
     return booted
 
 
