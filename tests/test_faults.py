@@ -250,6 +250,40 @@ def test_request_to_a_removed_backend_ends(bare_proxy, how):
           f"{after['status']} in {after['seconds']:.2f}s")
 
 
+def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
+    """A routed backend restarted alone comes back with another address (one taken meanwhile): the proxy
+    still points at the old one until ``proxy.refresh`` (what 'up' runs when it repairs a running copy)
+    looks it up again, in one write to the runtime API."""
+    name = bare_proxy()
+    squat = f"envctl-{PROXY_INSTANCE}-squat-{uuid.uuid4().hex[:6]}"
+    old = proxy.lookup_addr(PROXY_INSTANCE, name)
+    try:
+        subprocess.run(["docker", "stop", "-t", "0", name], check=True, capture_output=True)
+        subprocess.run(["docker", "run", "-d", "--name", squat, "--label", f"envctl.instance={PROXY_INSTANCE}",
+                        "--network", f"envctl-{PROXY_INSTANCE}", "envctl-mini/base:1", "sleep", "600"],
+                       check=True, capture_output=True)  # takes the freed address (it serves nothing)
+        subprocess.run(["docker", "start", name], check=True, capture_output=True)
+        new = proxy.lookup_addr(PROXY_INSTANCE, name)
+        assert new and new != old, (old, new)
+        st = proxy.read_state(PROXY_INSTANCE)
+        assert st is not None
+        assert proxy.refresh(PROXY_INSTANCE, st, [name]) == [name]
+        assert st.addrs[name] == new
+        deadline, status = time.monotonic() + 30, None
+        while time.monotonic() < deadline:
+            try:
+                status = requests.get(f"http://127.0.0.1:{PROXY_PORT}/", timeout=5).status_code
+            except requests.RequestException as exc:
+                status = type(exc).__name__
+            if status == 200:
+                break
+            time.sleep(0.2)
+        assert status == 200, status
+        assert proxy.refresh(PROXY_INSTANCE, st, [name]) == []  # nothing moved since
+    finally:
+        subprocess.run(["docker", "rm", "-f", squat], capture_output=True)
+
+
 # -- downloads and extracts ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
