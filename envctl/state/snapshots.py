@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from envctl.errors import UsageError
+from envctl.errors import NotReady, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.instance import Instance
 from envctl.provision import docker as dk
+from envctl.provision import proxy
 from envctl.provision.local import Copy
 
 
@@ -91,6 +92,13 @@ def _stop_commit_start(inst: Instance, copy: Copy, tags: dict[str, str], labels:
         dk.commit(c, tags[svc], {**labels, "envctl.service": svc})
     if restart:
         inst.backend.start_copy(copy)
+        # Started again, a container may come back at another address (its old one taken meanwhile):
+        # the proxy's servers of this copy (routed or addressed by header) follow it.
+        try:
+            with inst.routing() as table:
+                proxy.refresh(inst.name, table, copy.names)
+        except NotReady:
+            pass  # no proxy running: the next 'up' makes one, from the containers as they are
 
 
 def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint, *, restart: bool = True) -> str:
