@@ -251,7 +251,7 @@ class Lab:
         dk.ensure_network(net, labels)
         c = dk.inspect(proxy.proxy_name(self.instance))
         if c is not None and c.state.running and set(ports) <= set(proxy.published_ports(self.instance)) \
-                and dk.label(c, "control"):  # an older proxy without a control socket is replaced
+                and proxy.controlled(c):  # an older proxy without the control service is replaced
             return
         table = proxy.read_state(self.instance) if c is not None and c.state.running else None
         progress("*", "proxy", f"front proxy on {settings.bind}: ports {', '.join(map(str, ports))}")

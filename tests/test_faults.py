@@ -284,6 +284,30 @@ def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
         subprocess.run(["docker", "rm", "-f", squat], capture_output=True)
 
 
+def test_the_control_service_answers_only_its_token(bare_proxy):
+    """The proxy's control path shares the public port with the site: a request with the proxy's token
+    reaches the control service, one with any other token is refused before the site sees it, one with
+    none is the site's; the service names no file outside its own few."""
+    bare_proxy()
+    url = f"http://127.0.0.1:{PROXY_PORT}"
+    token = dk.label(dk.inspect(proxy.proxy_name(PROXY_INSTANCE)), "control")
+    assert len(token) >= 40
+    ok = requests.get(f"{url}/.envctl/ping", headers={proxy.CONTROL_HEADER: token}, timeout=5)
+    assert ok.status_code == 200 and ok.text.startswith("envctl-proxy")
+    table = requests.get(f"{url}/.envctl/file/state.json", headers={proxy.CONTROL_HEADER: token}, timeout=5)
+    assert json.loads(table.text)["routes"][str(PROXY_PORT)]["port"] == 8000
+    for wrong in ("x" * 43, token[:-1], ""):
+        r = requests.post(f"{url}/.envctl/cmd", data="show info", headers={proxy.CONTROL_HEADER: wrong}, timeout=5)
+        assert r.status_code == 403, (wrong, r.status_code, r.text[:200])
+    site = requests.get(f"{url}/.envctl/ping", timeout=5)  # no token: the site's own path
+    assert "envctl-proxy" not in site.text
+    for bad in ("file/..%2F..%2Fetc%2Fpasswd", "file/passwd", "file/.state.json.tmp", "nope"):
+        r = requests.get(f"{url}/.envctl/{bad}", headers={proxy.CONTROL_HEADER: token}, timeout=5)
+        assert r.status_code == 404 and "root:" not in r.text, (bad, r.status_code)
+    # the cached hint is private to this user
+    assert proxy.control_cache(PROXY_INSTANCE).stat().st_mode & 0o077 == 0
+
+
 # -- downloads and extracts ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -439,17 +463,16 @@ def cli_args(lab: Lab, *args: str) -> list[str]:
 
 
 def test_sigkill_mid_swap_keeps_one_routed_copy(lab):
-    """Killed as it writes the routing table (the table file in the proxy's control directory changes, the
-    runtime flip follows): the table is the old one or the new one, never half of each, the live proxy
-    routes what it says or is repaired by the next write; the next reset repairs."""
+    """Killed as it writes the routing table (the table in the proxy changes, read through its control
+    service; the runtime flip follows): the table is the old one or the new one, never half of each, the
+    live proxy routes what it says or is repaired by the next write; the next reset repairs."""
     lab.replenish("reddit", 1)
     post(lab, f"dirty {uuid.uuid4().hex[:6]}")
     before = table(lab)
-    state_file = Path(dk.label(dk.inspect(proxy.proxy_name(lab.instance)), "control")) / "state.json"
-    written = state_file.stat().st_mtime_ns
+    written = before.to_json()
     k = Killed(cli_args(lab, "reset", "reddit", "--json", "--auth-dir", str(lab.auth_dir)), UNBUFFERED)
     try:
-        hit = k.wait_for(lambda: state_file.stat().st_mtime_ns != written, 60)
+        hit = k.wait_for(lambda: table(lab).to_json() != written, 60)
     finally:
         k.kill()
     assert hit, f"never saw the routing-table write: {''.join(k.lines)[-500:]}"

@@ -1,15 +1,18 @@
 """The instance's front proxy: one HAProxy container (Debian's package) that owns every public port.
 
 Which backend container serves a site is the proxy's routing table (``state.json``). It lives in the
-instance's **control directory** on the host (``<state dir>/proxy-<instance>``, 0700, bind-mounted at
-``/run/envctl`` in the proxy, named by the proxy's ``envctl.control`` label), beside the HAProxy config
-rendered from it and HAProxy's runtime API socket (``admin.sock``, 0600). So:
+proxy container (``/etc/envctl``, beside the HAProxy config rendered from it), and envctl reaches it,
+and HAProxy's runtime API, through the proxy's **control service** (``control.lua``): an HTTP service on
+the proxy's own published ports that answers only requests carrying the proxy's token (its
+``envctl.control`` label, 32 random bytes) in ``X-Envctl-Control``; any other request is the site's. So:
 
-- reading the table is a file read, and a route change is one write to the control socket plus one
-  read-back that the new server is in force (``set server``/``add server`` on the live process): no
-  ``docker exec``, no reload, well under a millisecond;
-- the config rendered beside the table names the routed containers, so a proxy that restarts (engine
-  restart, ``docker restart``) applies the same table again; ``down`` removes the directory with it;
+- envctl reaches the control path wherever it reaches the sites (this machine, a lab host driving a
+  shared engine through its socket), with no ``docker exec`` and no host directory the engine would
+  have to share; an HTTP keep-alive request costs about a millisecond;
+- reading the table is one request, and a route change is one runtime-API write (``add server``/
+  ``set server`` on the live process) plus one read-back that the new server is in force: no reload;
+- the config beside the table names the routed containers, so a proxy that restarts (engine restart,
+  ``docker restart``) applies the same table again; ``down`` removes it with the container;
 - the copy a route leaves is *drained*: it takes no new request, the ones in flight finish, and
   :func:`retire` waits for them before its containers are removed; a failed connection is retried
   (``retries``, ``option redispatch``) and, while a site's database is restored in place, requests on
@@ -19,19 +22,20 @@ listeners passed on: no connection refused).
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
-import shutil
-import socket
+import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import requests
+
 from envctl.errors import DockerError, EnvctlError
-from envctl.images.build import PROXY_IMAGE, build, proxy_build
 from envctl.locks import lock_dir
 from envctl.provision import docker as dk
 
@@ -97,8 +101,10 @@ class ProxyState:
                           indent=1, sort_keys=True)
 
 
-CONTROL_MOUNT = "/run/envctl"  # the control directory inside the proxy container
-HOLD_MAP = f"{CONTROL_MOUNT}/hold.map"
+PROXY_DIR = "/etc/envctl"  # the config, the routing table and the CLI sockets, inside the proxy container
+HOLD_MAP = f"{PROXY_DIR}/hold.map"
+CONTROL_HEADER = "X-Envctl-Control"  # carries the proxy's token to its control service
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
 LEGACY_STATE = "/etc/nginx/envctl/state.json"  # where the nginx proxy (before the runtime API) kept the table
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
 _ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
@@ -112,23 +118,21 @@ def proxy_name(instance: str) -> str:
     return f"envctl-{instance}-proxy"
 
 
-def ensure_image() -> None:
-    if not dk.image_exists(PROXY_IMAGE):
-        build(proxy_build())
-
-
-def control_dir(instance: str) -> Path:
-    """Where a new proxy of ``instance`` keeps its routing table, config and control socket."""
-    return lock_dir() / f"proxy-{instance}"
+def control_cache(instance: str) -> Path:
+    """Where this machine remembers how it last reached ``instance``'s control service (URL and token,
+    0600): a hint that saves an engine call per envctl process, never the truth (the proxy's labels are);
+    a stale one is refused by the proxy (wrong token) or unanswered, and looked up again."""
+    return lock_dir() / f"proxy-{instance}.control"
 
 
 # -- the config --------------------------------------------------------------------------------------
 
 GLOBAL = f"""\
 global
-  stats socket {CONTROL_MOUNT}/admin.sock mode 600 level admin
+  stats socket {PROXY_DIR}/admin.sock mode 600 level admin
   stats timeout 1m
   lua-load /etc/haproxy/envctl-hold.lua
+  lua-load /etc/haproxy/envctl-control.lua
   log stderr format raw local0 warning
   # after a reload (a port added or removed) the old process serves what it has in flight, then ends
   hard-stop-after 15m
@@ -159,12 +163,20 @@ defaults
 """
 
 
-def render(state: ProxyState, ports: list[int], *, servers: bool = True) -> str:
-    """HAProxy's config for ``state``; without ``servers``, only its shape (what a route change keeps)."""
+def render(state: ProxyState, ports: list[int], token: str, *, servers: bool = True) -> str:
+    """HAProxy's config for ``state``; without ``servers``, only its shape (what a route change keeps).
+    Every frontend first passes a request carrying ``token`` to the control service and refuses one
+    carrying another token, so no site ever sees that header."""
+    if not _TOKEN.match(token):
+        raise EnvctlError("refusing a malformed front-proxy token")
     out = [GLOBAL]
     for port in sorted(ports):
         r = state.routes.get(str(port))
-        out.append(f"frontend p{port}\n  bind :{port}")
+        out.append(f"frontend p{port}\n  bind :{port}\n"
+                   f"  acl envctl_control req.hdr({CONTROL_HEADER}) -m str {token}\n"
+                   f"  http-request wait-for-body time 10s if envctl_control\n"
+                   f"  http-request use-service lua.envctl_control if envctl_control\n"
+                   f"  http-request deny deny_status 403 if {{ req.hdr({CONTROL_HEADER}) -m found }}")
         if r is None:
             out.append(f'  http-request return status 503 content-type text/plain string '
                        f'"envctl: no site is active on port {port}"\n')
@@ -201,90 +213,129 @@ def render(state: ProxyState, ports: list[int], *, servers: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
-# -- the control directory and socket ----------------------------------------------------------------
+# -- the control service ------------------------------------------------------------------------------
 
-_DIRS: dict[str, Path] = {}  # instance -> control directory of its running proxy, as last found
-
-
-def _alive(d: Path) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
-    try:
-        s.connect(str(d / "admin.sock"))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+class ProxyUnreachable(DockerError):
+    """The proxy's control service did not answer (the proxy is gone, restarting, or another one)."""
 
 
-def command(d: Path, cmd: str, timeout: float = 10.0) -> str:
-    """One write to the proxy's runtime API (commands separated by ';') and its answer."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(str(d / "admin.sock"))
-        s.sendall(cmd.encode() + b"\n")
-        chunks = []
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            chunks.append(b)
-    except OSError as exc:
-        raise DockerError(f"the front proxy's control socket {d / 'admin.sock'} failed: {exc}",
-                          "run 'envctl up' to repair the proxy") from None
-    finally:
-        s.close()
-    return b"".join(chunks).decode(errors="replace")
+@dataclass
+class Control:
+    """How to reach one running proxy's control service: ``url`` (one of its published ports) and its token."""
 
+    url: str
+    token: str
+    session: requests.Session = field(default_factory=requests.Session, repr=False, compare=False)
 
-def _locate(instance: str, wait: float = 10.0) -> tuple[Path | None, Any]:
-    """(control directory, None) of ``instance``'s running proxy; (None, container) for a running proxy
-    without one (the nginx proxy of an older envctl); (None, None) when no proxy runs."""
-    d = _DIRS.get(instance)
-    if d is None:
+    def call(self, path: str, data: str | None = None, *, method: str = "POST", timeout: float = 15.0) -> str:
         try:
-            d = control_dir(instance)
-        except (EnvctlError, OSError):
-            d = None
-    if d is not None and (d / "state.json").is_file() and _alive(d):
-        _DIRS[instance] = d
-        return d, None
-    _DIRS.pop(instance, None)
+            r = self.session.request(method, f"{self.url}/.envctl/{path}", data=None if data is None else data.encode(),
+                                     headers={CONTROL_HEADER: self.token}, timeout=timeout)
+        except requests.RequestException as exc:
+            raise ProxyUnreachable(f"the front proxy's control service at {self.url} did not answer: "
+                                   f"{type(exc).__name__}", "run 'envctl up' to repair the proxy") from None
+        if r.status_code != 200:
+            raise ProxyUnreachable(f"the front proxy's control service at {self.url} answered HTTP {r.status_code} "
+                                   f"on {path}: {r.text.strip()[:200]}", "run 'envctl up' to repair the proxy")
+        return r.text
+
+    def alive(self) -> bool:
+        try:
+            return self.call("ping", method="GET", timeout=2.0).startswith("envctl-proxy")
+        except ProxyUnreachable:
+            return False
+
+
+_CONTROLS: dict[str, Control] = {}  # instance -> control service of its running proxy, as last found
+
+
+def command(ctl: Control, cmd: str, timeout: float = 10.0) -> str:
+    """One write to the proxy's runtime API (commands separated by ';') and its answer."""
+    return ctl.call("cmd", cmd, timeout=timeout)
+
+
+def control_url(bind: str, ports: list[int]) -> str:
+    """Where envctl reaches a proxy publishing ``ports`` on ``bind``: its lowest port, on loopback when it
+    listens on every address."""
+    host = "127.0.0.1" if bind in ("", "0.0.0.0") else "[::1]" if bind == "::" else \
+        f"[{bind}]" if ":" in bind else bind
+    return f"http://{host}:{min(ports)}"
+
+
+def _remember(instance: str, ctl: Control) -> None:
+    _CONTROLS[instance] = ctl
+    try:
+        f = control_cache(instance)
+        tmp = f.with_name(f".{f.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"url": ctl.url, "token": ctl.token}, out)
+        os.replace(tmp, f)
+    except (EnvctlError, OSError):
+        pass  # only a hint
+
+
+def _forget(instance: str) -> None:
+    _CONTROLS.pop(instance, None)
+    try:
+        control_cache(instance).unlink(missing_ok=True)
+    except (EnvctlError, OSError):
+        pass
+
+
+def _hint(instance: str) -> Control | None:
+    ctl = _CONTROLS.get(instance)
+    if ctl is not None:
+        return ctl
+    try:
+        raw = json.loads(control_cache(instance).read_text())
+        if isinstance(raw, dict) and isinstance(raw.get("url"), str) and _TOKEN.match(str(raw.get("token"))):
+            return Control(raw["url"], raw["token"])
+    except (EnvctlError, OSError, ValueError):
+        pass
+    return None
+
+
+def _locate(instance: str, wait: float = 10.0) -> tuple[Control | None, Any]:
+    """(control service, None) of ``instance``'s running proxy; (None, container) for a running proxy
+    without one (the nginx proxy of an older envctl); (None, None) when no proxy runs. Without an engine
+    call when this machine reached the same proxy before."""
+    ctl = _hint(instance)
+    if ctl is not None and ctl.alive():
+        _CONTROLS[instance] = ctl
+        return ctl, None
+    _CONTROLS.pop(instance, None)
     c = dk.inspect(proxy_name(instance))
     if c is None or not c.state.running:
         return None, None
-    label = dk.label(c, "control")
-    if not label:
+    token = dk.label(c, "control")
+    ports = [int(p) for p in dk.label(c, "ports").split(",") if p.isdigit()]
+    if not _TOKEN.match(token) or not ports:
         return None, c
-    d = Path(label)
-    deadline = time.monotonic() + wait  # a proxy that just (re)started opens its socket within a second
-    while not _alive(d):
+    ctl = Control(control_url(dk.label(c, "bind", "127.0.0.1"), ports), token)
+    deadline = time.monotonic() + wait  # a proxy that just (re)started answers within a second
+    while not ctl.alive():
         if time.monotonic() > deadline:
-            raise DockerError(f"the front proxy {proxy_name(instance)} runs but its control socket {d / 'admin.sock'} "
-                              "does not answer", "run 'envctl up' to recreate it")
+            raise ProxyUnreachable(f"the front proxy {proxy_name(instance)} runs but its control service at "
+                                   f"{ctl.url} does not answer", "run 'envctl up' to recreate it")
         time.sleep(0.05)
-    _DIRS[instance] = d
-    return d, None
+    _remember(instance, ctl)
+    return ctl, None
 
 
-def _write(d: Path, name: str, text: str) -> None:
-    tmp = d / f".{name}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, d / name)
+def _write(ctl: Control, name: str, text: str) -> None:
+    ctl.call(f"file/{name}", text, method="PUT")
 
 
-def _load(d: Path) -> ProxyState:
-    return ProxyState.from_json((d / "state.json").read_text())
+def _load(ctl: Control) -> ProxyState:
+    return ProxyState.from_json(ctl.call("file/state.json", method="GET"))
 
 
 def read_state(instance: str) -> ProxyState | None:
     """The live routing table, or None when the instance has no (running) proxy."""
-    d, legacy = _locate(instance)
-    if d is not None:
-        return _load(d)
+    ctl, legacy = _locate(instance)
+    if ctl is not None:
+        return _load(ctl)
     if legacy is None:
         return None
     rc, out = dk.exec_argv(legacy, ["cat", LEGACY_STATE])  # an older proxy: read so that 'up' can replace it
@@ -302,9 +353,14 @@ def published_ports(instance: str) -> list[int]:
 
 
 def has_control(instance: str) -> bool:
-    """Whether ``instance``'s proxy is this envctl's kind (a runtime API), not an older nginx one."""
+    """Whether ``instance``'s proxy is this envctl's kind (a control service), not an older one."""
     c = dk.inspect(proxy_name(instance))
-    return c is not None and bool(dk.label(c, "control"))
+    return c is not None and controlled(c)
+
+
+def controlled(c: dk.Container) -> bool:
+    """Whether the proxy container ``c`` has this envctl's control service (an older proxy is replaced)."""
+    return bool(_TOKEN.match(dk.label(c, "control")))
 
 
 # -- servers at run time -------------------------------------------------------------------------------
@@ -320,10 +376,10 @@ def lookup_addr(instance: str, name: str) -> str | None:
     return ip or None
 
 
-def _servers(d: Path) -> dict[str, dict[str, tuple[str, int, str]]]:
+def _servers(ctl: Control) -> dict[str, dict[str, tuple[str, int, str]]]:
     """backend -> server -> (address, admin state, port), read from the live process."""
     out: dict[str, dict[str, tuple[str, int, str]]] = {}
-    for line in command(d, "show servers state").splitlines():
+    for line in command(ctl, "show servers state").splitlines():
         f = line.split()
         if len(f) < 19 or not f[0].isdigit():
             continue
@@ -361,12 +417,12 @@ def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
     a container restarted alone may have a new address, which nothing else would notice until its next
     route change. ``state.addrs`` is updated (the caller's table, written when its block ends); returns
     the names whose address changed. Engine calls: used by 'up' when it repairs a running copy."""
-    d, _ = _locate(instance)
-    if d is None:
+    ctl, _ = _locate(instance)
+    if ctl is None:
         return []
     found = {n: lookup_addr(instance, n) for n in names if _NAME.match(n)}
     cmds, moved = [], []
-    for be, servers in _servers(d).items():
+    for be, servers in _servers(ctl).items():
         for name, (addr, _, port) in servers.items():
             ip = found.get(name)
             if ip and _ADDR.match(ip) and addr != ip and port.isdigit():
@@ -376,17 +432,17 @@ def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
         if ip:
             state.addrs[n] = ip
     if cmds:
-        command(d, "; ".join(cmds))
+        command(ctl, "; ".join(cmds))
     return sorted(set(moved))
 
 
-def _settle(instance: str, d: Path, state: ProxyState, cmds: list[str], timeout: float = 10.0) -> None:
+def _settle(instance: str, ctl: Control, state: ProxyState, cmds: list[str], timeout: float = 10.0) -> None:
     """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes."""
     deadline = time.monotonic() + timeout
     while True:
         if cmds:
-            command(d, "; ".join(cmds))
-        cmds = _fix(instance, state, _servers(d))
+            command(ctl, "; ".join(cmds))
+        cmds = _fix(instance, state, _servers(ctl))
         if not cmds:
             return
         if time.monotonic() > deadline:
@@ -400,13 +456,13 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
 
     A route change is one write to the runtime API (the new server in, the old one drained) and one
     read-back; a change of the config's shape (ports, which ports route) reloads HAProxy gracefully."""
-    d, legacy = _locate(instance)
-    if d is None:
+    ctl, legacy = _locate(instance)
+    if ctl is None:
         raise DockerError(f"the front proxy of '{instance}' is " + ("an older kind without a control socket"
                           if legacy is not None else "not running"), "run 'envctl up' to recreate it")
     ports = sorted(ports if ports is not None else (state.ports or published_ports(instance)))
-    old = _load(d)
-    shape = render(old, old.ports or ports, servers=False) != render(state, ports, servers=False)
+    old = _load(ctl)
+    shape = render(old, old.ports or ports, ctl.token, servers=False) != render(state, ports, ctl.token, servers=False)
     if len(state.addrs) > 64:  # addresses of long-gone copies
         keep = {r.backend for r in state.routes.values()}
         for name in list(state.addrs)[: len(state.addrs) - 64]:
@@ -415,102 +471,77 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
     # the optimistic write: computed from the table as it was (no read first)
     cmds = [] if shape else _fix(instance, state, {
         f"b{p}": {r.backend: ("?", 0, str(r.port))} for p, r in old.routes.items()})
-    before = (d / "haproxy.cfg").read_text()
-    _write(d, "state.json", state.to_json())
-    _write(d, "haproxy.cfg", render(state, ports))
+    before = ctl.call("file/haproxy.cfg", method="GET") if shape else ""
+    _write(ctl, "state.json", state.to_json())
+    _write(ctl, "haproxy.cfg", render(state, ports, ctl.token))
     if shape:
         try:
-            reload(instance, d, state)
+            reload(instance, ctl, state)
         except BaseException:  # HAProxy kept the old config: so do the table and the file it restarts on
-            _write(d, "haproxy.cfg", before)
-            _write(d, "state.json", old.to_json())
+            _write(ctl, "haproxy.cfg", before)
+            _write(ctl, "state.json", old.to_json())
             raise
     else:
-        _settle(instance, d, state, cmds)
+        _settle(instance, ctl, state, cmds)
 
 
-def _master_ready(d: Path) -> bool | None:
-    """Whether HAProxy's master answers on its CLI (``master.sock``) with a worker running: only then is a
-    reload it is asked for done (one asked, or a SIGUSR2 sent, while it is still starting is lost, though
-    the worker's socket already answers). None when there is no master socket (an older proxy)."""
-    if not (d / "master.sock").exists():
-        return None
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(1)
+def _master_ready(ctl: Control) -> bool:
+    """Whether HAProxy's master answers on its CLI (``master.sock``, through the control service) with a
+    worker running: only then is a reload it is asked for done (one asked while it is still starting is
+    lost, though the worker already answers)."""
     try:
-        s.connect(str(d / "master.sock"))
-        s.sendall(b"show proc\n")
-        out = b""
-        while b"# programs" not in out:  # the master's CLI keeps the connection: read up to the last section
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-        return b" worker " in out
-    except OSError:
+        return " worker " in ctl.call("master", "show proc", timeout=3)
+    except ProxyUnreachable:
         return False
-    finally:
-        s.close()
 
 
-def _ask_master(d: Path, cmd: str) -> bool:
-    """Send ``cmd`` to HAProxy's master CLI; False when nothing listens there."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
+def _ask_master(ctl: Control, cmd: str) -> bool:
+    """Send ``cmd`` to HAProxy's master CLI; False when it could not be passed on."""
     try:
-        s.connect(str(d / "master.sock"))
-        s.sendall(cmd.encode() + b"\n")
+        ctl.call("master", cmd, timeout=5)
         return True
-    except OSError:
+    except ProxyUnreachable:
         return False
-    finally:
-        s.close()
 
 
-def _worker_pid(d: Path) -> str:
+def _worker_pid(ctl: Control) -> str:
     try:
-        info = command(d, "show info", timeout=2)
+        info = command(ctl, "show info", timeout=2)
     except DockerError:
         return ""
     return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("Pid:")), "")
 
 
-def reload(instance: str, d: Path, state: ProxyState) -> None:
+def reload(instance: str, ctl: Control, state: ProxyState) -> None:
     """Reload HAProxy on the config just written (master-worker: the listeners are handed over, the old
     process finishes what it has in flight) and wait until the new one serves ``state``'s routes.
 
     Asked on the master's CLI once the master answers there (a proxy that just started has a worker
-    serving before its master is ready for a reload); a proxy without that socket is sent SIGUSR2, again
-    each second."""
-    pid = _worker_pid(d)
+    serving before its master is ready for a reload), again after 3 s if the worker did not change."""
+    pid = _worker_pid(ctl)
     deadline = time.monotonic() + 15
     asked = -1e9
     while True:
-        if time.monotonic() - asked > 3.0:
-            ready = _master_ready(d)
-            if ready is None:
-                dk.signal(proxy_name(instance), "SIGUSR2")
-                asked = time.monotonic() - 2.0  # again after a second
-            elif ready and _ask_master(d, "reload"):
-                asked = time.monotonic()
-        now = _worker_pid(d)
+        if time.monotonic() - asked > 3.0 and _master_ready(ctl) and _ask_master(ctl, "reload"):
+            asked = time.monotonic()
+        now = _worker_pid(ctl)
         if now and now != pid:
             break
         if time.monotonic() > deadline:
             raise DockerError(f"the front proxy of '{instance}' did not reload", f"see 'docker logs {proxy_name(instance)}'")
         time.sleep(0.02)
-    _settle(instance, d, state, [])
+    _settle(instance, ctl, state, [])
 
 
 def addressed(instance: str, keys: dict[str, str]) -> int:
     """How many requests the proxy has passed to these copies by ``X-Envctl-Backend`` (public port ->
     "container:port"), since it started; -1 when it cannot tell (no proxy). One read of the live proxy."""
-    d, _ = _locate(instance)
-    if d is None:
+    ctl, _ = _locate(instance)
+    if ctl is None:
         return -1
     total = 0
     cmds = [f"show table h{int(p)} key {k}" for p, k in sorted(keys.items()) if _ADDR_KEY.match(k)]
-    for m in re.finditer(r"http_req_cnt=(\d+)", command(d, "; ".join(cmds)) if cmds else ""):
+    for m in re.finditer(r"http_req_cnt=(\ctl+)", command(ctl, "; ".join(cmds)) if cmds else ""):
         total += int(m.group(1))
     return total
 
@@ -520,17 +551,17 @@ def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:
     (they are drained: no new ones arrive), then drop them from the live proxy; returns any still busy
     after ``timeout`` (removed anyway by the caller)."""
     try:
-        d, _ = _locate(instance)
+        ctl, _ = _locate(instance)
     except DockerError:
         return []
-    if d is None:
+    if ctl is None:
         return []
-    routed = {r.backend for r in _load(d).routes.values()}
+    routed = {r.backend for r in _load(ctl).routes.values()}
     names = [n for n in names if n not in routed and _NAME.match(n)]
     deadline = time.monotonic() + timeout
     while True:
         busy, where = [], []
-        for line in command(d, "show stat").splitlines():
+        for line in command(ctl, "show stat").splitlines():
             f = line.split(",")
             if len(f) > 4 and f[1] in names:
                 where.append(f"{f[0]}/{f[1]}")
@@ -540,7 +571,7 @@ def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:
             break
         time.sleep(0.05)
     if where:
-        command(d, "; ".join(f"set server {w} state maint; del server {w}" for w in where))
+        command(ctl, "; ".join(f"set server {w} state maint; del server {w}" for w in where))
     return busy
 
 
@@ -551,53 +582,50 @@ def hold(instance: str, ports: list[int], limit: float = 60.0, drain: float = 10
     restored inside the running copy, so clients see a delay instead of an error. The hold carries a
     deadline, so a holder killed mid-way holds requests no longer than ``limit``."""
     try:
-        d, _ = _locate(instance)
+        ctl, _ = _locate(instance)
     except DockerError:
-        d = None
-    if d is None or not ports:
+        ctl = None
+    if ctl is None or not ports:
         yield
         return
     until = int(time.time() + limit)
-    command(d, "; ".join(f"del map {HOLD_MAP} {int(p)}; add map {HOLD_MAP} {int(p)} {until}" for p in ports))
+    command(ctl, "; ".join(f"del map {HOLD_MAP} {int(p)}; add map {HOLD_MAP} {int(p)} {until}" for p in ports))
     try:
         backends = {f"b{int(p)}" for p in ports}
         deadline = time.monotonic() + drain
         while time.monotonic() < deadline:
-            rows = [ln.split(",") for ln in command(d, "show stat").splitlines()]
+            rows = [ln.split(",") for ln in command(ctl, "show stat").splitlines()]
             if all(f[4] in ("", "0") for f in rows if len(f) > 4 and f[0] in backends and f[1] == "BACKEND"):
                 break
             time.sleep(0.02)
         yield
     finally:
-        command(d, "; ".join(f"del map {HOLD_MAP} {int(p)}" for p in ports))
+        command(ctl, "; ".join(f"del map {HOLD_MAP} {int(p)}" for p in ports))
 
 
 # -- the container --------------------------------------------------------------------------------------
 
 def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
-           state: ProxyState | None = None) -> None:
-    """(Re)create the proxy publishing ``ports`` on ``bind``; keeps ``state`` when given."""
-    ensure_image()
+           state: ProxyState | None = None, *, image: str) -> None:
+    """(Re)create the proxy from ``image`` publishing ``ports`` on ``bind``; keeps ``state`` when given.
+    The image is the caller's to provide (envctl.lab builds it with envctl.images): this backend of the
+    local engine never builds images. The new proxy gets a new token; its config and table travel in its
+    environment (written into the container once, at its first start)."""
     name = proxy_name(instance)
     dk.remove([name])
-    _DIRS.pop(instance, None)
-    d = control_dir(instance)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(d, 0o700)
-    (d / "admin.sock").unlink(missing_ok=True)
+    _forget(instance)
+    token = secrets.token_urlsafe(32)
     state = state or ProxyState()
     state.ports = sorted(ports)
-    _write(d, "state.json", state.to_json())
-    _write(d, "haproxy.cfg", render(state, state.ports))
-    _write(d, "hold.map", "")
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
     spec = dk.RunSpec(
         name=name,
-        image=PROXY_IMAGE,
+        image=image,
         labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports)),
-                "envctl.control": str(d)},
+                "envctl.control": token},
         network=network,
+        env={"ENVCTL_PROXY_CONFIG": b64(render(state, state.ports, token)), "ENVCTL_PROXY_STATE": b64(state.to_json())},
         publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
-        volumes=[(str(d), CONTROL_MOUNT, "rw")],
         memory="256m",
     )
     try:
@@ -609,18 +637,15 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
         _settle(instance, found, state, [])
     except BaseException:
         dk.remove([name])  # a proxy that could not publish its ports is worth nothing: leave none behind
+        _forget(instance)
         raise
 
 
 def remove(instance: str) -> None:
-    c = dk.inspect(proxy_name(instance))
-    label = dk.label(c, "control") if c is not None else ""
     dk.remove([proxy_name(instance)])
-    _DIRS.pop(instance, None)
-    for d in {Path(label)} if label else set():
-        if d.name == f"proxy-{instance}":
-            shutil.rmtree(d, ignore_errors=True)
+    _forget(instance)
 
 
-__all__ = ["ProxyState", "Route", "PROXY_IMAGE", "proxy_name", "ensure_image", "read_state", "apply", "create",
-           "remove", "published_ports", "retire", "hold", "lookup_addr", "refresh", "control_dir", "has_control", "command"]
+__all__ = ["ProxyState", "Route", "Control", "ProxyUnreachable", "proxy_name", "read_state", "apply", "create",
+           "remove", "published_ports", "retire", "hold", "lookup_addr", "refresh", "control_cache", "has_control", "controlled",
+           "command", "control_url"]

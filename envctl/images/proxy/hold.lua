@@ -1,8 +1,8 @@
 -- Hold requests on a public port while envctl restores a site's database in place. While the port is
--- listed in /run/envctl/hold.map (set through the runtime API: 'add map' / 'del map'), with a deadline
+-- listed in /etc/envctl/hold.map (set through the runtime API: 'add map' / 'del map'), with a deadline
 -- (Unix time) as its value, a request waits here instead of reaching a copy that would answer an error.
 -- The deadline bounds the wait even if the envctl process that set the hold is killed.
-local holds = Map.new("/run/envctl/hold.map", Map._str)
+local holds = Map.new("/etc/envctl/hold.map", Map._str)
 
 core.register_action("envctl_hold", { "http-req" }, function(txn)
   local port = tostring(txn.f:dst_port())
