@@ -541,7 +541,7 @@ def addressed(instance: str, keys: dict[str, str]) -> int:
         return -1
     total = 0
     cmds = [f"show table h{int(p)} key {k}" for p, k in sorted(keys.items()) if _ADDR_KEY.match(k)]
-    for m in re.finditer(r"http_req_cnt=(\ctl+)", command(ctl, "; ".join(cmds)) if cmds else ""):
+    for m in re.finditer(r"http_req_cnt=(\d+)", command(ctl, "; ".join(cmds)) if cmds else ""):
         total += int(m.group(1))
     return total
 
