@@ -2,12 +2,12 @@
 
 Old: the nginx proxy of envctl before the runtime API (its image built from ``git show REV:envctl/images/
 proxy``): one ``docker exec -i envctl-proxy-apply --stdin`` (tar of the rendered routes), ``nginx -t``, a
-graceful reload and the wait until the old workers stop accepting. New: HAProxy's runtime API on the
-control socket (``proxy.apply``: the table and config written in the control directory, one socket write,
-one read-back). Both route between the same two backends on a private network; each flip is followed by
+graceful reload and the wait until the old workers stop accepting. New: HAProxy's runtime API through the
+proxy's control service on its own port (``proxy.apply``: the table and config written in the proxy, one
+runtime-API write, one read-back, each an HTTP keep-alive request). Both route between the same two backends on a private network; each flip is followed by
 a request through the public port that must reach the new backend. Prints medians, p95 and the ratio.
 
-    python bench/proxy_flip.py [--n 40] [--rev main]
+    python bench/proxy_flip.py [--n 40] [--rev REV]   (REV: default, the last revision with the nginx proxy)
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from envctl.images.build import ImageBuild, build
+from envctl.images.build import PROXY_IMAGE, ImageBuild, build, proxy_build
 from envctl.provision import docker as dk
 from envctl.provision import proxy
 
@@ -65,9 +65,12 @@ def old_render(backend: str) -> bytes:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--rev", default="main", help="git revision holding the old (nginx) proxy")
+    ap.add_argument("--rev", default="", help="git revision holding the old (nginx) proxy (default: the last one)")
     args = ap.parse_args()
-    tag = old_image(args.rev)
+    rev = args.rev or subprocess.run(["git", "rev-list", "-1", "HEAD", "--", "envctl/images/proxy/nginx.conf"],
+                                     check=True, capture_output=True, text=True).stdout.strip() + "^"
+    tag = old_image(rev)
+    build(proxy_build())
     backends = ["pxbench-a", "pxbench-b"]
     dk.ensure_network(NET, {"envctl.instance": NEW})
     try:
@@ -79,7 +82,7 @@ def main() -> int:
         subprocess.run(["docker", "rm", "-f", OLD], capture_output=True)
         subprocess.run(["docker", "run", "-d", "--name", OLD, "--network", NET, "-p", f"127.0.0.1:{OLD_PORT}:{OLD_PORT}",
                         tag], check=True, capture_output=True)
-        proxy.create(NEW, NET, "127.0.0.1", [NEW_PORT], {"envctl.instance": NEW})
+        proxy.create(NEW, NET, "127.0.0.1", [NEW_PORT], {"envctl.instance": NEW}, image=PROXY_IMAGE)
         st = proxy.read_state(NEW)
         assert st is not None
         st.routes[str(NEW_PORT)] = proxy.Route(backends[0], 8000)
@@ -112,7 +115,8 @@ def main() -> int:
     print("mechanism | p50 ms | p95 ms")
     print("--- | --- | ---")
     print(f"old: docker exec + nginx reload + old workers gone | {o * 1000:.1f} | {pct(times['old'], 95) * 1000:.1f}")
-    print(f"new: HAProxy runtime API (socket write + read-back) | {n * 1000:.2f} | {pct(times['new'], 95) * 1000:.2f}")
+    print(f"new: HAProxy runtime API via the control service (write + read-back) | {n * 1000:.2f} | "
+          f"{pct(times['new'], 95) * 1000:.2f}")
     print(f"\nratio old/new (p50): {o / n:.0f}x")
     return 0
 

@@ -104,7 +104,7 @@ class ProxyState:
 PROXY_DIR = "/etc/envctl"  # the config, the routing table and the CLI sockets, inside the proxy container
 HOLD_MAP = f"{PROXY_DIR}/hold.map"
 CONTROL_HEADER = "X-Envctl-Control"  # carries the proxy's token to its control service
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
+_TOKEN = re.compile(r"^[0-9a-f]{32,128}$")
 LEGACY_STATE = "/etc/nginx/envctl/state.json"  # where the nginx proxy (before the runtime API) kept the table
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
 _ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
@@ -226,6 +226,7 @@ class Control:
     url: str
     token: str
     session: requests.Session = field(default_factory=requests.Session, repr=False, compare=False)
+    answered: float = field(default=-1e9, repr=False, compare=False)  # time.monotonic() of its last answer
 
     def call(self, path: str, data: str | None = None, *, method: str = "POST", timeout: float = 15.0) -> str:
         try:
@@ -237,6 +238,7 @@ class Control:
         if r.status_code != 200:
             raise ProxyUnreachable(f"the front proxy's control service at {self.url} answered HTTP {r.status_code} "
                                    f"on {path}: {r.text.strip()[:200]}", "run 'envctl up' to repair the proxy")
+        self.answered = time.monotonic()
         return r.text
 
     def alive(self) -> bool:
@@ -247,6 +249,7 @@ class Control:
 
 
 _CONTROLS: dict[str, Control] = {}  # instance -> control service of its running proxy, as last found
+FRESH = 2.0  # seconds after an answer during which the control service is not pinged before use
 
 
 def command(ctl: Control, cmd: str, timeout: float = 10.0) -> str:
@@ -301,7 +304,8 @@ def _locate(instance: str, wait: float = 10.0) -> tuple[Control | None, Any]:
     without one (the nginx proxy of an older envctl); (None, None) when no proxy runs. Without an engine
     call when this machine reached the same proxy before."""
     ctl = _hint(instance)
-    if ctl is not None and ctl.alive():
+    # one that answered this process a moment ago is taken as it is (a flip is then one request)
+    if ctl is not None and (time.monotonic() - ctl.answered < FRESH or ctl.alive()):
         _CONTROLS[instance] = ctl
         return ctl, None
     _CONTROLS.pop(instance, None)
@@ -378,8 +382,12 @@ def lookup_addr(instance: str, name: str) -> str | None:
 
 def _servers(ctl: Control) -> dict[str, dict[str, tuple[str, int, str]]]:
     """backend -> server -> (address, admin state, port), read from the live process."""
+    return _parse_servers(command(ctl, "show servers state"))
+
+
+def _parse_servers(text: str) -> dict[str, dict[str, tuple[str, int, str]]]:
     out: dict[str, dict[str, tuple[str, int, str]]] = {}
-    for line in command(ctl, "show servers state").splitlines():
+    for line in text.splitlines():
         f = line.split()
         if len(f) < 19 or not f[0].isdigit():
             continue
@@ -436,13 +444,16 @@ def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
     return sorted(set(moved))
 
 
-def _settle(instance: str, ctl: Control, state: ProxyState, cmds: list[str], timeout: float = 10.0) -> None:
-    """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes."""
+def _settle(instance: str, ctl: Control, state: ProxyState, cmds: list[str], timeout: float = 10.0,
+            live: dict[str, dict[str, tuple[str, int, str]]] | None = None) -> None:
+    """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes
+    (``live``: what a write already read back)."""
     deadline = time.monotonic() + timeout
     while True:
         if cmds:
             command(ctl, "; ".join(cmds))
-        cmds = _fix(instance, state, _servers(ctl))
+        cmds = _fix(instance, state, live if live is not None else _servers(ctl))
+        live = None
         if not cmds:
             return
         if time.monotonic() > deadline:
@@ -471,10 +482,11 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
     # the optimistic write: computed from the table as it was (no read first)
     cmds = [] if shape else _fix(instance, state, {
         f"b{p}": {r.backend: ("?", 0, str(r.port))} for p, r in old.routes.items()})
-    before = ctl.call("file/haproxy.cfg", method="GET") if shape else ""
-    _write(ctl, "state.json", state.to_json())
-    _write(ctl, "haproxy.cfg", render(state, ports, ctl.token))
+    table, config = state.to_json(), render(state, ports, ctl.token)
     if shape:
+        before = ctl.call("file/haproxy.cfg", method="GET")
+        _write(ctl, "state.json", table)
+        _write(ctl, "haproxy.cfg", config)
         try:
             reload(instance, ctl, state)
         except BaseException:  # HAProxy kept the old config: so do the table and the file it restarts on
@@ -482,7 +494,9 @@ def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> N
             _write(ctl, "state.json", old.to_json())
             raise
     else:
-        _settle(instance, ctl, state, cmds)
+        # one request: the table and the config replaced, the commands run, the servers read back
+        live = ctl.call("apply", f"{len(table.encode())} {len(config.encode())}\n{table}{config}{'; '.join(cmds)}")
+        _settle(instance, ctl, state, [], live=_parse_servers(live))
 
 
 def _master_ready(ctl: Control) -> bool:
@@ -614,7 +628,7 @@ def create(instance: str, network: str, bind: str, ports: list[int], labels: dic
     name = proxy_name(instance)
     dk.remove([name])
     _forget(instance)
-    token = secrets.token_urlsafe(32)
+    token = secrets.token_hex(32)  # hex: a token starting with "-" would read as a flag in the config
     state = state or ProxyState()
     state.ports = sorted(ports)
     b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731

@@ -37,6 +37,18 @@ local function ask(sock, cmd, stop)
   return table.concat(out, "\n") .. "\n"
 end
 
+-- replace DIR/name by text: a temporary file renamed over it (a reader sees the old or the new one)
+local function write(name, text)
+  local tmp = DIR .. "." .. name .. ".tmp"
+  local f, err = io.open(tmp, "w")
+  if f == nil then return nil, tostring(err) end
+  f:write(text)
+  f:close()
+  local ok, rerr = os.rename(tmp, DIR .. name)
+  if not ok then return nil, tostring(rerr) end
+  return true
+end
+
 local function reply(applet, status, text)
   applet:set_status(status)
   applet:add_header("content-type", "text/plain")
@@ -58,18 +70,35 @@ core.register_service("envctl_control", "http", function(applet)
     if out == nil then return reply(applet, 503, err) end
     return reply(applet, 200, out)
   end
+  if path == "/.envctl/apply" then
+    -- a route change in one request: "<len state> <len config>\n", the table, the config, then runtime-API
+    -- commands; both files are replaced (each atomically), the commands run, the servers' state comes back
+    local sl, cl, rest = data:match("^(%d+) (%d+)\n(.*)$")
+    if sl == nil then return reply(applet, 400, "malformed apply\n") end
+    sl, cl = tonumber(sl), tonumber(cl)
+    local files = { { "state.json", rest:sub(1, sl) }, { "haproxy.cfg", rest:sub(sl + 1, sl + cl) } }
+    local cmds = rest:sub(sl + cl + 1)
+    for _, f in ipairs(files) do
+      if #f[2] > 0 then
+        local ok, err = write(f[1], f[2])
+        if not ok then return reply(applet, 500, err) end
+      end
+    end
+    if #cmds > 0 then
+      local out, err = ask("admin.sock", cmds, nil)
+      if out == nil then return reply(applet, 503, err) end
+    end
+    local out, err = ask("admin.sock", "show servers state", nil)
+    if out == nil then return reply(applet, 503, err) end
+    return reply(applet, 200, out)
+  end
   local name = path:match("^/%.envctl/file/([%w._-]+)$")
   if name == nil or not FILES[name] then
     return reply(applet, 404, "no such control path\n")
   end
   if applet.method == "PUT" then
-    local tmp = DIR .. "." .. name .. ".tmp"
-    local f, err = io.open(tmp, "w")
-    if f == nil then return reply(applet, 500, tostring(err)) end
-    f:write(data)
-    f:close()
-    local ok, rerr = os.rename(tmp, DIR .. name)
-    if not ok then return reply(applet, 500, tostring(rerr)) end
+    local ok, err = write(name, data)
+    if not ok then return reply(applet, 500, err) end
     return reply(applet, 200, "written\n")
   end
   local f = io.open(DIR .. name, "r")
