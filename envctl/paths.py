@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from envctl.errors import UsageError
-from envctl.validate import env_value, validate_relative_path
+from envctl.validate import env_value, validate_relative_path, validate_site_name
 
 
 def data_root() -> Path:
@@ -20,9 +20,13 @@ def data_root() -> Path:
                       hint="set ENVCTL_DATA_DIR (or XDG_DATA_HOME) to a directory you can write")
 
 
-def data_dir() -> Path:
-    """Where unpacked data files live (``{data_dir}`` in catalog templates)."""
-    return data_root() / "data"
+def data_dir(flavor: str = "full") -> Path:
+    """Where a flavor's data files live (``{data_dir}`` in catalog templates): ``<data root>/data`` for
+    the full flavor (what ``images get`` downloads and unpacks), ``<data root>/data-<flavor>`` for any
+    other. The catalog names one place for every flavor; each flavor has its own tree under it, so the
+    small data a mini image seeds is never taken for (or resumed into) a full download of the same name."""
+    validate_site_name(flavor, "flavor")
+    return data_root() / ("data" if flavor == "full" else f"data-{flavor}")
 
 
 def confined(root: Path, rel: str, what: str = "path") -> Path:
