@@ -132,10 +132,22 @@ class Volume(_Model):
         return v
 
 
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
 class Source(_Model):
     kind: Literal["registry", "http", "gdrive", "s3"]
     mirror: str
     url: str
+
+    @model_validator(mode="after")
+    def _digest(self) -> "Source":
+        # A registry reference pinned by digest must carry the whole digest; without '@' it is pinned in
+        # images.lock by its first pull (as the slim images, whose upstream names no digest).
+        if self.kind == "registry" and "@" in self.url and not _DIGEST_REF.match(self.url):
+            raise ValueError(f"registry reference {self.url!r} is not repo[:tag]@sha256:<64 hex digits>; give the "
+                             "whole digest, or drop '@...' to pin it in images.lock on the first pull")
+        return self
 
 
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9{][A-Za-z0-9_.{}-]*$")

@@ -294,6 +294,7 @@ def test_each_flavor_has_its_own_data_directory(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("ENVCTL_DATA_DIR", str(tmp_path))
     assert data_dir() == data_dir("full") == tmp_path / "data"  # what 'images get' fills
     assert data_dir("mini") == tmp_path / "data-mini"  # what the mini images seed: never taken for a download
+    assert data_dir("slim") == tmp_path / "data"  # upstream's data files, the same as full's: one download
     with pytest.raises(Exception, match="flavor"):
         data_dir("../x")
 
@@ -337,10 +338,10 @@ def test_a_site_flavor_key_beyond_description_artifacts_is_refused(tmp_path: Pat
 
 def test_a_service_naming_a_flavor_the_site_lacks_is_refused(tmp_path: Path):
     raw = yaml.safe_load(BUILTIN.read_text())
-    raw["sites"]["reddit"]["services"]["web"]["flavors"]["slim"] = {"image": "am1n3e/webarena-verified-reddit"}
+    raw["sites"]["reddit"]["services"]["web"]["flavors"]["large"] = {"image": "postmill-large:latest"}
     msg = _load_raw(tmp_path, raw)
-    assert "sites.reddit: services.web.flavors.slim: the site has no flavor 'slim' (it has full, mini); add 'slim' " \
-           "under the site's 'flavors' (description, artifacts) or remove this entry" in msg
+    assert "sites.reddit: services.web.flavors.large: the site has no flavor 'large' (it has full, mini, slim); add " \
+           "'large' under the site's 'flavors' (description, artifacts) or remove this entry" in msg
 
 
 @pytest.mark.parametrize("site,service,why", [
