@@ -132,10 +132,22 @@ class Volume(_Model):
         return v
 
 
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
 class Source(_Model):
     kind: Literal["registry", "http", "gdrive", "s3"]
     mirror: str
     url: str
+
+    @model_validator(mode="after")
+    def _digest(self) -> "Source":
+        # A registry reference pinned by digest must carry the whole digest; without '@' it is pinned in
+        # images.lock by its first pull (as the slim images, whose upstream names no digest).
+        if self.kind == "registry" and "@" in self.url and not _DIGEST_REF.match(self.url):
+            raise ValueError(f"registry reference {self.url!r} is not repo[:tag]@sha256:<64 hex digits>; give the "
+                             "whole digest, or drop '@...' to pin it in images.lock on the first pull")
+        return self
 
 
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9{][A-Za-z0-9_.{}-]*$")
@@ -247,11 +259,11 @@ class Step(_Model):
 
 
 class ServiceFlavor(_Model):
+    """What a flavor gives one service: where its image comes from and how much memory it gets.
+    Everything else about the service (ports, command, env, volumes, ...) is the site's."""
+
     image: str
     build: str | None = None  # mini: directory under envctl/images/mini
-    command: tuple[str, ...] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    volumes: tuple[Volume, ...] = ()
     memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmg]$")
 
     @field_validator("memory")
@@ -298,10 +310,10 @@ class Service(_Model):
 
 
 class Flavor(_Model):
+    """What a flavor gives a site: a description and the artifacts its images and data come from."""
+
     description: str = ""
     artifacts: tuple[Artifact, ...] = ()
-    configure: tuple[Step, ...] | None = None  # overrides the site's steps when set
-    fingerprint: tuple["Query", ...] | None = None
     # Header-based auto-login (e.g. {X-M2-Customer-Auto-Login: "{username}:{password}"}), written to a
     # PW_EXTRA_HEADERS-style file by 'envctl login' for image flavors that support it.
     header_login: dict[str, str] = Field(default_factory=dict)
@@ -442,8 +454,7 @@ class Site(_Model):
             for dep in svc.depends_on:
                 if dep not in self.services:
                     raise ValueError(f"service '{name}' depends on unknown service '{dep}'")
-        steps = list(self.configure) + [s for f in self.flavors.values() for s in (f.configure or ())]
-        for step in steps:
+        for step in self.configure:
             if step.service and step.service not in self.services:
                 raise ValueError(f"configure step names unknown service '{step.service}'")
         if self.login and self.login.account not in {a.username for a in self.accounts}:
@@ -451,13 +462,12 @@ class Site(_Model):
         for env in self.env:
             if env not in ("webarena", "visualwebarena"):
                 raise ValueError(f"env has unknown benchmark '{env}' (expected webarena or visualwebarena)")
-        for fname in self.flavors:
-            if fname not in self.services[self.entry].flavors:
-                raise ValueError(f"entry service '{self.entry}' has no image for flavor '{fname}'")
         for sname, svc in self.services.items():
             for fname in svc.flavors:
                 if fname not in self.flavors:
-                    raise ValueError(f"service '{sname}' names flavor '{fname}' that the site does not define")
+                    raise ValueError(f"services.{sname}.flavors.{fname}: the site has no flavor '{fname}' "
+                                     f"(it has {', '.join(self.flavors) or 'none'}); add '{fname}' under the site's "
+                                     "'flavors' (description, artifacts) or remove this entry")
         for other in (self.login.no_pair_with if self.login else ()):
             if other == self.entry:
                 raise ValueError("login.no_pair_with names the site itself")
@@ -468,7 +478,42 @@ class Site(_Model):
         for step in (*self.reset.inplace.save, *self.reset.inplace.restore) if self.reset.inplace else ():
             if step.service and step.service not in self.services:
                 raise ValueError(f"reset.inplace step names unknown service '{step.service}'")
+        problem = self._contract_problem()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def contract_services(self) -> dict[str, str]:
+        """{service: why} for every service the site's contract names: those with public ports (the
+        entry among them), and those its probes, fingerprint queries, configure and in-place steps run
+        in. Each must exist on every flavor, so the contract is the same wherever the site runs."""
+        named: dict[str, str] = {}
+        for name, svc in self.services.items():
+            if svc.ports:
+                named.setdefault(name, f"public port {svc.ports.public}")
+        named.setdefault(self.entry, "the entry service")
+        for p in self.health.probes:
+            named.setdefault(p.service or self.entry, f"health probe '{p.name}'")
+        for q in self.fingerprint:
+            named.setdefault(q.service or self.entry, f"fingerprint query '{q.name}'")
+        inplace = (*self.reset.inplace.save, *self.reset.inplace.restore) if self.reset.inplace else ()
+        for i, step in enumerate(self.configure):
+            named.setdefault(step.service or self.entry, f"configure step {i + 1}")
+        for step in inplace:
+            named.setdefault(step.service or self.entry, "a reset.inplace step")
+        return named
+
+    def _contract_problem(self) -> str | None:
+        """The first service of the contract missing from a flavor (docs/architecture.md, "Flavors")."""
+        for sname, why in self.contract_services().items():
+            if sname not in self.services:
+                continue  # an unknown service: reported by the checks that name it (probes are checked below)
+            missing = [f for f in self.flavors if f not in self.services[sname].flavors]
+            if missing:
+                return (f"services.{sname}.flavors: no entry for flavor '{missing[0]}', but {why} is the site's "
+                        f"contract on every flavor; give '{sname}' an image for '{missing[0]}' (a flavor changes "
+                        "images, not the contract)")
+        return None
 
     # -- convenience --------------------------------------------------------------------------
     @property
@@ -488,12 +533,12 @@ class Site(_Model):
         return next(a for a in self.accounts if a.username == self.login.account)
 
     def steps(self, flavor: str) -> tuple[Step, ...]:
-        f = self.flavors.get(flavor)
-        return f.configure if f and f.configure is not None else self.configure
+        """The configure steps ``flavor`` runs: the site's, on every flavor."""
+        return self.configure
 
     def fingerprint_queries(self, flavor: str) -> tuple[Query, ...]:
-        f = self.flavors.get(flavor)
-        return f.fingerprint if f and f.fingerprint is not None else self.fingerprint
+        """The fingerprint queries of ``flavor``: the site's, on every flavor."""
+        return self.fingerprint
 
     def service_order(self) -> list[str]:
         """Services in dependency order (dependencies first)."""
@@ -660,23 +705,6 @@ def _describe(err: dict[str, Any]) -> str:
 # description and artifacts; everything else belongs to the site and runs unchanged on every flavor.
 SERVICE_FLAVOR_KEYS = frozenset({"image", "build", "memory"})
 SITE_FLAVOR_KEYS = frozenset({"description", "artifacts"})
-# Known exceptions, to be moved to the site / service level once the mini images answer the upstream
-# commands and the host data directories exist for the mini flavor too. Do not add to this list.
-FLAVOR_OVERRIDE_ALLOWLIST = frozenset({
-    # Host data: the upstream images read data envctl downloads into {data_dir} (or named volumes);
-    # the mini images have their small data built in, and nothing puts it into {data_dir} yet.
-    "sites.wikipedia.services.web.flavors.full.volumes",
-    *(f"sites.map.services.{svc}.flavors.full.volumes"
-      for svc in ("tile", "nominatim", "osrm_car", "osrm_bike", "osrm_foot", "web")),
-    "sites.classifieds.services.db.flavors.full.volumes",
-    # OSRM: which profile (car, bike, foot) a server routes with comes from the dataset in that volume,
-    # so the mini image, without it, is told by its command.
-    *(f"sites.map.services.{svc}.flavors.{flavor}.command"
-      for svc in ("osrm_car", "osrm_bike", "osrm_foot") for flavor in ("full", "mini")),
-    # The mini frontend renders directions server-side, so it calls OSRM on the private network;
-    # upstream's browser calls OSRM on the public URL the configure step writes.
-    "sites.map.services.web.flavors.mini.env",
-})
 
 
 def _mapping(value: Any) -> dict[Any, Any]:
@@ -685,7 +713,7 @@ def _mapping(value: Any) -> dict[Any, Any]:
 
 
 def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
-    """One problem per flavor key that is neither allowed nor on the allowlist, named by its path."""
+    """One problem per flavor key that is not allowed (SERVICE_FLAVOR_KEYS, SITE_FLAVOR_KEYS), named by its path."""
     problems = []
     sites: dict[str, Any] = raw["sites"] if isinstance(raw.get("sites"), dict) else {}
     for sname, site in sites.items():
@@ -702,7 +730,7 @@ def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
         for where, f, allowed, why in flavors:
             for key in (f if isinstance(f, dict) else {}):
                 path = f"{where}.{key}"
-                if key not in allowed and path not in FLAVOR_OVERRIDE_ALLOWLIST:
+                if key not in allowed:
                     problems.append(f"{path}: {why}")
     return problems
 

@@ -342,11 +342,13 @@ def images_list(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, as_js
 @click.option("--jobs", type=click.IntRange(1, 16), default=1, show_default=True, help="artifacts fetched in parallel")
 @click.option("--registry-mirror", default=None, envvar="ENVCTL_REGISTRY_MIRROR",
               help="pull registry images through this mirror (host[:port][/prefix]); ENVCTL_REGISTRY_MIRROR")
+@click.option("--dry-run", is_flag=True, help="fetch nothing: list each artifact's reference, size, digest, and the disk check")
 @instance_option
 @json_option
 @pass_ctx
 def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | None, mirror: str | None,
-               keep_archive: bool, jobs: int, registry_mirror: str | None, instance: str, as_json: bool) -> None:
+               keep_archive: bool, jobs: int, registry_mirror: str | None, dry_run: bool, instance: str,
+               as_json: bool) -> None:
     """Fetch missing images and data: registry, then tarball mirrors; resumable, verified, streamed, unpacked
     (data volumes are the instance's own)."""
     from envctl.images import Options, get_images
@@ -363,6 +365,8 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
         from envctl.validate import validate_registry_mirror
 
         validate_registry_mirror(registry_mirror)
+    if dry_run:
+        return _images_get_plan(ctx, names, flavor or "full", mirror, keep_archive, registry_mirror, instance, as_json)
     with TransferProgress(json_events=as_json) as progress:
         results = get_images(ctx.catalog, names, flavor=flavor or "full", mirror=mirror, keep_archive=keep_archive,
                              jobs=jobs, progress=progress,
@@ -373,6 +377,29 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
         table(None, ["site", "artifact", "result", "detail"],
               [[r.site, r.name, r.action, (r.error or "")[:100]] for r in results])
     _exit_unless(not any(r.action == "failed" for r in results))
+
+
+def _images_get_plan(ctx: Ctx, names: list[str], flavor: str, mirror: str | None, keep_archive: bool,
+                     registry_mirror: str | None, instance: str, as_json: bool) -> None:
+    from envctl.images import Options, plan_get
+    from envctl.render import emit_json, table
+
+    plan = plan_get(ctx.catalog, names, flavor=flavor, mirror=mirror, keep_archive=keep_archive,
+                    options=Options(instance=instance, registry_mirror=registry_mirror))
+    if as_json:
+        emit_json({"flavor": plan.flavor, "artifacts": [asdict(a) for a in plan.artifacts], "disk": plan.disk})
+    else:
+        gb = lambda n: f"{n / 1e9:.1f} GB" if n else "?"  # noqa: E731
+        table(f"images get --flavor {flavor} (dry run: nothing fetched)",
+              ["site", "artifact", "action", "reference", "size", "loaded", "pinned"],
+              [[a.site, a.name, a.action, a.reference or "-", gb(a.size), gb(a.loaded_size),
+                a.digest.split("@")[-1][:19] if a.digest else
+                ("sha256, catalog" if a.pinned_in == "catalog" else "sha256, lock") if a.pinned_in else "by the first get"]
+               for a in plan.artifacts])
+        for d in plan.disk:
+            click.echo(f"{d['path']}: needs {d['need'] / 1e9:.1f} GB, {d['free'] / 1e9:.1f} GB free"
+                       f"{'' if d['ok'] else ' - NOT ENOUGH'}")
+    _exit_unless(plan.fits)
 
 
 @images.command("verify")

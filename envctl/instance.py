@@ -13,6 +13,7 @@ with :meth:`Instance.table` once per operation and pass it along, or change it w
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from contextlib import contextmanager
@@ -38,14 +39,19 @@ def _noop(*_: str) -> None:
     pass
 
 
+def _with_data_dir(settings: InstanceSettings) -> InstanceSettings:
+    """``settings`` with its flavor's data directory (``{data_dir}``)."""
+    return dataclasses.replace(settings, data_dir=str(data_dir(settings.flavor)))
+
+
 def read_settings(name: str) -> InstanceSettings | None:
     """An instance's settings from its proxy's labels (or its network's, if the proxy is gone)."""
     c = dk.inspect(proxy.proxy_name(name))
     if c is not None:
-        return InstanceSettings.from_labels(c.config.labels or {}, str(data_dir()))
+        return _with_data_dir(InstanceSettings.from_labels(c.config.labels or {}))
     for net in dk.networks(instance=name):
         if net.name == network_name(name):
-            return InstanceSettings.from_labels(net.labels or {}, str(data_dir()))
+            return _with_data_dir(InstanceSettings.from_labels(net.labels or {}))
     return None
 
 

@@ -211,7 +211,7 @@ class Lab:
         current = self.settings()
         if current is None:
             return InstanceSettings(self.instance, flavor or "full", public_host or "127.0.0.1", bind or "127.0.0.1",
-                                    port_offset or 0, "http", str(data_dir()))
+                                    port_offset or 0, "http", str(data_dir(flavor or "full")))
         wanted = {"flavor": flavor, "public_host": public_host, "bind": bind, "port_offset": port_offset}
         clash = [f"{k}={getattr(current, k)}" for k, v in wanted.items() if v is not None and v != getattr(current, k)]
         if clash:

@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from envctl.errors import UsageError
-from envctl.validate import env_value, validate_relative_path
+from envctl.validate import env_value, validate_relative_path, validate_site_name
 
 
 def data_root() -> Path:
@@ -20,9 +20,18 @@ def data_root() -> Path:
                       hint="set ENVCTL_DATA_DIR (or XDG_DATA_HOME) to a directory you can write")
 
 
-def data_dir() -> Path:
-    """Where unpacked data files live (``{data_dir}`` in catalog templates)."""
-    return data_root() / "data"
+# Flavors whose images bring their own small data (seeded into the data mounts): each has its own data tree.
+OWN_DATA_FLAVORS = frozenset({"mini"})
+
+
+def data_dir(flavor: str = "full") -> Path:
+    """Where a flavor's data files live (``{data_dir}`` in catalog templates). The catalog names one place
+    for every flavor; the flavors that run upstream's data files (full, slim: the same ZIM and map archives)
+    share ``<data root>/data``, what ``images get`` downloads and unpacks, and a flavor of
+    ``OWN_DATA_FLAVORS`` has ``<data root>/data-<flavor>``, so the small data a mini image seeds is never
+    taken for (or resumed into) a download of the same name."""
+    validate_site_name(flavor, "flavor")
+    return data_root() / (f"data-{flavor}" if flavor in OWN_DATA_FLAVORS else "data")
 
 
 def confined(root: Path, rel: str, what: str = "path") -> Path:

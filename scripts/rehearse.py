@@ -55,11 +55,14 @@ from envctl.catalog import BUILTIN, load_catalog  # noqa: E402
 from envctl.images.lock import LockFile, Pin  # noqa: E402
 from envctl.images.registry import mirror_ref, registry_host  # noqa: E402
 
-INSTANCE = "rehearse"
+# --instance / --port-offset (or ENVCTL_REHEARSE_INSTANCE / ENVCTL_REHEARSE_OFFSET) let a second rehearsal run
+# beside this one on the same engine.
+INSTANCE = os.environ.get("ENVCTL_REHEARSE_INSTANCE", "rehearse")
 # public ports 8000-14999: below the ephemeral range (the mirror and registry ports come from it), and apart
 # from every port the test lanes publish (make test runs the rehearsal beside pytest lane a: tests/conftest.py)
-OFFSET = 5000
+OFFSET = int(os.environ.get("ENVCTL_REHEARSE_OFFSET", "5000"))
 REGISTRY_BIN = "/usr/bin/docker-registry"
+SEED = "/usr/share/envctl/seed"  # where a mini image keeps the data it copies into an empty data mount
 MARK = "[rehearsal]"
 
 
@@ -255,14 +258,14 @@ def _website(r: Replicas, site: str, art: Any, out: Path) -> None:
 
 def _zim(r: Replicas, site: str, art: Any, out: Path) -> None:
     image = r.cat.site(site).services["web"].flavors["mini"].image
-    got = r.cp_out(image, f"/data/{art.name}", r.work / "tmp-zim")
+    got = r.cp_out(image, f"{SEED}/data/{art.name}", r.work / "tmp-zim")  # the ZIM the mini image seeds /data with
     got.rename(out)
     shutil.rmtree(got.parent)
 
 
 def _classifieds_zip(r: Replicas, site: str, art: Any, out: Path) -> None:
     image = r.cat.site(site).services["db"].flavors["mini"].image
-    sql = r.cp_out(image, "/docker-entrypoint-initdb.d/osclass_craigslist.sql", r.work / "tmp-sql")
+    sql = r.cp_out(image, f"{SEED}/docker-entrypoint-initdb.d/osclass_craigslist.sql", r.work / "tmp-sql")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         z.write(sql, "classifieds_docker_compose/mysql/osclass_craigslist.sql")
         z.writestr("classifieds_docker_compose/docker-compose.yml", "# replica\n")
@@ -439,11 +442,15 @@ def start_registry(work: Path) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> int:
+    global INSTANCE, OFFSET
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sites", nargs="*", help="sites to rehearse (default: all)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir and registry data")
     ap.add_argument("--json", action="store_true", help="one JSON object per site on stdout")
+    ap.add_argument("--instance", default=INSTANCE, help=f"instance name (default {INSTANCE})")
+    ap.add_argument("--port-offset", type=int, default=OFFSET, help=f"port offset of the sites (default {OFFSET})")
     args = ap.parse_args()
+    INSTANCE, OFFSET = args.instance, args.port_offset
     cat = load_catalog()
     sites = args.sites or list(cat.sites)
     unknown = [s for s in sites if s not in cat.sites]

@@ -82,12 +82,15 @@ class Containers:
 
     def run(self, image: str, *, ports: dict[int, int] | None = None, env: dict[str, str] | None = None,
             name: str | None = None, network: str | None = None, command: list[str] | None = None,
-            aliases: list[str] | None = None) -> str:
-        """Run detached; ``ports`` maps container port -> host port (published on 127.0.0.1 only)."""
+            aliases: list[str] | None = None, volumes: list[str] | None = None) -> str:
+        """Run detached; ``ports`` maps container port -> host port (published on 127.0.0.1 only);
+        ``volumes`` are ``docker run -v`` values (``/host/dir:/target[:ro]``)."""
         name = name or f"envctl-test-{uuid.uuid4().hex[:8]}"
         argv = ["docker", "run", "-d", "--name", name, "--label", TEST_LABEL]
         for cport, hport in (ports or {}).items():
             argv += ["-p", f"127.0.0.1:{hport}:{cport}"]
+        for v in volumes or []:
+            argv += ["-v", v]
         for k, v in (env or {}).items():
             argv += ["-e", f"{k}={v}"]
         if network:

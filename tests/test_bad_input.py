@@ -120,7 +120,7 @@ BAD_TOKEN = st.one_of(st.sampled_from(["short", "x" * 300, "tok en" * 4, "tok/en
                       st.text(_LETTERS, min_size=1, max_size=15))
 BAD_FLOAT = st.sampled_from(["abc", "-1", "nan", "inf", "-inf", "", "1e999", "1,5"])
 BAD_CHOICE = st.sampled_from(["nosuch", "", "SPARE", "Shell", "json ", "../x"])
-BAD_FLAVOR = st.sampled_from(["fulll", "MINI", "", "../mini", "slim", "mini "])
+BAD_FLAVOR = st.sampled_from(["fulll", "MINI", "", "../mini", "slimm", "mini "])
 BAD_SERVICE = st.sampled_from(["nosuch", "../web", "web/", "WEB", "db;id", ""])
 BAD_PATH_MISSING = st.sampled_from(["/nonexistent/envctl-ft/x.tar", "{tmp}/missing.ini"])
 BAD_DIR_AS_FILE = st.sampled_from(["{tmp}", "/"])

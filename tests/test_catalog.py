@@ -87,7 +87,7 @@ def test_container_side_classifieds_keeps_trailing_slash(cat):
     web = cat.site("classifieds").services["web"]
     assert r(web.env["CLASSIFIEDS"]) == f"http://{HOST}:9980/"
     assert r(web.env["RESET_TOKEN"]) == "4b61655535e7ed388f0d40a93600254c"
-    assert "env" not in web.flavors["mini"].model_fields_set  # the mini web reaches its db as upstream's does: alias "db"
+    assert "env" not in type(web.flavors["mini"]).model_fields  # a flavor has no env: the web's env is the site's
 
 
 def rendered(cat, site, flavor="full", host=HOST):
@@ -249,3 +249,130 @@ def test_builtin_catalog_has_one_fingerprint_per_site_for_every_flavor():
         site = catalog.site(name)
         assert site.fingerprint and site.fingerprint_queries("mini") == site.fingerprint_queries("full") == \
             site.fingerprint
+
+
+# --- the flavor model: one contract, flavors differ in images, builds, memory and artifacts only ------------
+
+def test_the_builtin_catalog_has_no_flavor_override_and_no_allowlist():
+    import envctl.catalog as catalog_module
+
+    assert not hasattr(catalog_module, "FLAVOR_OVERRIDE_ALLOWLIST")
+    raw = yaml.safe_load(BUILTIN.read_text())
+    for sname, site in raw["sites"].items():
+        for fname, f in site["flavors"].items():
+            assert set(f) <= {"description", "artifacts"}, (sname, fname, set(f))
+        for vname, svc in site["services"].items():
+            for fname, f in svc["flavors"].items():
+                assert set(f) <= {"image", "build", "memory"}, (sname, vname, fname, set(f))
+
+
+def test_every_flavor_runs_the_sites_contract(cat):
+    """Ports, commands, env, volumes, steps, probes, fingerprints and env-var names are read from the site
+    whatever the flavor; every service the contract names exists on every flavor."""
+    for name, site in cat.sites.items():
+        for flavor in site.flavors:
+            assert site.steps(flavor) == site.configure
+            assert site.fingerprint_queries(flavor) == site.fingerprint
+            assert set(site.contract_services()) <= set(site.services_for(flavor)), (name, flavor)
+    m = cat.site("map")
+    assert set(m.contract_services()) == {"web", "tile", "nominatim", "osrm_car", "osrm_bike", "osrm_foot"}
+    assert cat.site("classifieds").contract_services()["db"] == "fingerprint query 'items-users'"
+    # the data lives where the full flavor keeps it, on every flavor (the mini images seed an empty one)
+    assert [v.source for v in cat.site("wikipedia").entry_service.volumes] == ["{data_dir}/wikipedia"]
+    assert [v.source for v in cat.site("classifieds").services["db"].volumes] == ["{data_dir}/classifieds/mysql"]
+    assert [v.source for v in m.services["web"].volumes] == ["{instance}-osm-website"]
+    for profile in ("car", "bike", "foot"):
+        osrm = m.services[f"osrm_{profile}"]
+        assert osrm.command == ("osrm-routed", "--algorithm", "mld", f"/data/{profile}/us-northeast-latest.osrm")
+        assert [(v.source, v.target) for v in osrm.volumes] == [("{data_dir}/map/osrm", "/data")]
+    assert m.services["web"].env == {"PIDFILE": "/tmp/pids/server.pid"}  # no private OSRM URLs: the browser's call
+
+
+def test_each_flavor_has_its_own_data_directory(tmp_path: Path, monkeypatch):
+    from envctl.paths import data_dir
+
+    monkeypatch.setenv("ENVCTL_DATA_DIR", str(tmp_path))
+    assert data_dir() == data_dir("full") == tmp_path / "data"  # what 'images get' fills
+    assert data_dir("mini") == tmp_path / "data-mini"  # what the mini images seed: never taken for a download
+    assert data_dir("slim") == tmp_path / "data"  # upstream's data files, the same as full's: one download
+    with pytest.raises(Exception, match="flavor"):
+        data_dir("../x")
+
+
+def _load_raw(tmp_path: Path, raw) -> str:
+    f = tmp_path / "sites.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(f)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+# Every override the former allowlist let through, and every other key a flavor may not hold.
+OVERRIDES = [
+    ("sites.wikipedia.services.web.flavors.full.volumes", [{"source": "{data_dir}/wikipedia", "target": "/data"}]),
+    ("sites.map.services.osrm_car.flavors.mini.command", ["osrm", "car"]),
+    ("sites.map.services.osrm_bike.flavors.full.command", ["osrm-routed", "/data/us-northeast-latest.osrm"]),
+    ("sites.map.services.web.flavors.mini.env", {"OSRM_CAR_INTERNAL_URL": "http://x:5000"}),
+    ("sites.classifieds.services.db.flavors.full.volumes", [{"source": "{data_dir}/c", "target": "/d"}]),
+    ("sites.map.services.tile.flavors.full.ports", {"public": 8080}),
+    ("sites.gitlab.services.web.flavors.mini.ready", ["true"]),
+]
+
+
+@pytest.mark.parametrize("path,value", OVERRIDES, ids=[o[0] for o in OVERRIDES])
+def test_a_service_flavor_key_beyond_image_build_memory_is_refused(tmp_path: Path, path, value):
+    msg = _load_raw(tmp_path, _mutate(path, value))
+    assert f"{path}: a flavor may override only a service's 'image', 'build' and 'memory'; move it to the " \
+           "service so it runs on every flavor" in msg
+
+
+@pytest.mark.parametrize("key,value", [("configure", [{"run": ["true"]}]), ("fingerprint", []),
+                                       ("health", {"probes": []}), ("env", {}), ("header_login", {"X-A": "b"})])
+def test_a_site_flavor_key_beyond_description_artifacts_is_refused(tmp_path: Path, key, value):
+    msg = _load_raw(tmp_path, _mutate(f"sites.map.flavors.mini.{key}", value))
+    assert f"sites.map.flavors.mini.{key}: a site flavor may override only 'description' and 'artifacts'; " \
+           "move it to the site so it runs on every flavor" in msg
+
+
+def test_a_service_naming_a_flavor_the_site_lacks_is_refused(tmp_path: Path):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    raw["sites"]["reddit"]["services"]["web"]["flavors"]["large"] = {"image": "postmill-large:latest"}
+    msg = _load_raw(tmp_path, raw)
+    assert "sites.reddit: services.web.flavors.large: the site has no flavor 'large' (it has full, mini, slim); add " \
+           "'large' under the site's 'flavors' (description, artifacts) or remove this entry" in msg
+
+
+@pytest.mark.parametrize("site,service,why", [
+    ("map", "osrm_bike", "public port 5001"),
+    ("classifieds", "db", "fingerprint query 'items-users'"),
+    ("wikipedia", "web", "public port 8888"),
+])
+def test_a_flavor_without_a_service_of_the_contract_is_refused(tmp_path: Path, site, service, why):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    del raw["sites"][site]["services"][service]["flavors"]["mini"]
+    msg = _load_raw(tmp_path, raw)
+    assert f"sites.{site}: services.{service}.flavors: no entry for flavor 'mini', but {why} is the site's contract " \
+           f"on every flavor; give '{service}' an image for 'mini' (a flavor changes images, not the contract)" in msg
+
+
+def test_a_fingerprint_or_probe_service_must_exist_on_every_flavor(tmp_path: Path):
+    raw = yaml.safe_load(BUILTIN.read_text())
+    c = raw["sites"]["classifieds"]
+    c["configure"] = []
+    del c["services"]["db"]["flavors"]["mini"]
+    assert "fingerprint query 'items-users' is the site's contract" in _load_raw(tmp_path, raw)
+    c["fingerprint"] = []
+    c["health"]["probes"].append({"name": "db-port", "service": "db", "path": "/"})
+    assert "health probe 'db-port' is the site's contract" in _load_raw(tmp_path, raw)
+
+
+def test_a_service_outside_the_contract_may_be_absent_from_a_flavor(tmp_path: Path):
+    """A flavor may run fewer services where no port, probe, fingerprint or step names the missing one."""
+    raw = yaml.safe_load(BUILTIN.read_text())
+    del raw["sites"]["map"]["services"]["db"]["flavors"]["mini"]
+    f = tmp_path / "sites.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    site = load_catalog(f).site("map")
+    assert "db" not in site.services_for("mini") and "db" in site.services_for("full")

@@ -88,9 +88,9 @@ PATHS = [
     (f"sites.map.flavors.full.artifacts.{OSM_DUMP}.extract.destination", "/etc",
      f"artifacts[{OSM_DUMP}].extract.destination"),
     (f"sites.map.flavors.full.artifacts.{OSM_DUMP}.extract.strip", "/abs", "extract.strip: strip '/abs'"),
-    ("sites.wikipedia.services.web.flavors.full.volumes.0.source", "/", "volumes[0].source: volume source '/'"),
-    ("sites.wikipedia.services.web.flavors.full.volumes.0.source", "{data_dir}/../..", "volumes[0].source"),
-    ("sites.wikipedia.services.web.flavors.full.volumes.0.target", "/data:rw", "volumes[0].target"),
+    ("sites.wikipedia.services.web.volumes.0.source", "/", "volumes[0].source: volume source '/'"),
+    ("sites.wikipedia.services.web.volumes.0.source", "{data_dir}/../..", "volumes[0].source"),
+    ("sites.wikipedia.services.web.volumes.0.target", "/data:rw", "volumes[0].target"),
     ("sites.homepage.services.web.flavors.mini.build", "../../../../tmp", "flavors.mini.build: build '../../../../tmp'"),
 ]
 
@@ -182,7 +182,7 @@ def test_non_finite_numbers_are_refused(tmp_path, value):
     ("sites.shopping.health.timeout", "300", "sites.shopping.health.timeout: input should be a valid number"),
     ("sites.shopping.health.timeout", True, "sites.shopping.health.timeout"),
     ("sites.shopping.reset.spares", False, "sites.shopping.reset.spares"),
-    ("sites.wikipedia.services.web.flavors.full.volumes.0.read_only", "yes", "volumes[0].read_only: input should be a valid boolean"),
+    ("sites.wikipedia.services.web.volumes.0.read_only", "yes", "volumes[0].read_only: input should be a valid boolean"),
     ("reset_server.port", "7565", "reset_server.port: input should be a valid integer"),
     ("version", True, "version: expected 1"),
 ])

@@ -233,6 +233,32 @@ def test_post_and_delete_listings_are_undone_by_reset(site: Site, pristine: str)
     assert requests.get(site.url("page=item&id=84155"), timeout=10).status_code == 404
 
 
+def test_an_empty_data_directory_is_seeded_with_the_dump(mini_image, containers: Containers, tmp_path) -> None:
+    """The catalog mounts {data_dir}/classifieds/mysql on /docker-entrypoint-initdb.d on every flavor: an empty
+    one gets the image's dump (whole, the image's mtime), so the catalog's populate step runs as on the full
+    flavor; a dump already there (upstream's) is left as it is."""
+    from envctl.catalog import load_catalog
+
+    (step,) = load_catalog().site("classifieds").configure
+    empty, given = tmp_path / "empty", tmp_path / "given"
+    for d in (empty, given):
+        d.mkdir(mode=0o755)
+    (given / "osclass_craigslist.sql").write_text("SELECT 'the dump that was there' AS kept;\n")
+    image = mini_image("classifieds-db")
+    db = containers.run(image, volumes=[f"{empty}:/docker-entrypoint-initdb.d"])
+    other = containers.run(image, volumes=[f"{given}:/docker-entrypoint-initdb.d"])
+    _wait_db(containers, db)
+    _wait_db(containers, other)
+    assert [p.name for p in empty.iterdir()] == ["osclass_craigslist.sql"]  # no temporary file left behind
+    seed = containers.exec(db, "stat", "-c", "%s %Y",
+                           "/usr/share/envctl/seed/docker-entrypoint-initdb.d/osclass_craigslist.sql").stdout.split()
+    st = (empty / "osclass_craigslist.sql").stat()
+    assert [str(st.st_size), str(int(st.st_mtime))] == seed
+    assert step.service == "db" and containers.exec(db, *step.run).returncode == 0  # the full flavor's populate step
+    assert "kept" in containers.exec(other, *step.run).stdout  # the dump in the data directory is the one run
+    assert (given / "osclass_craigslist.sql").read_text().startswith("SELECT 'the dump that was there'")
+
+
 def test_sigterm_stops_db_cleanly(mini_image, containers: Containers) -> None:
     name = containers.run(mini_image("classifieds-db"))
     _wait_db(containers, name)

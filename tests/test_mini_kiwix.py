@@ -35,14 +35,15 @@ def wiki(mini_image, module_containers: Containers) -> str:
     return base
 
 
-def test_image_labels_and_kiwix_version(wiki: str) -> None:
+def test_image_labels_and_kiwix_version(wiki: str, mini_image) -> None:
+    image = mini_image("kiwix")
     labels = subprocess.run(
-        ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/kiwix:1"],
+        ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", image],
         capture_output=True, text=True, check=True,
     ).stdout
     for label in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"wikipedia"', '"org.envctl.data-version":"1"'):
         assert label in labels
-    out = subprocess.run(["docker", "run", "--rm", "envctl-mini/kiwix:1", "kiwix-serve", "--version"],
+    out = subprocess.run(["docker", "run", "--rm", image, "kiwix-serve", "--version"],
                          capture_output=True, text=True)
     assert "kiwix-tools 3.3.0" in out.stdout + out.stderr
 
@@ -138,6 +139,47 @@ def test_upstream_style_arguments(mini_image, containers: Containers) -> None:
     r = wait_http(f"http://127.0.0.1:{UPSTREAM_ARGS_PORT}{LANDING}", timeout=30,
                   ok=lambda r: r.status_code == 200, logs=lambda: containers.logs(name))
     assert "Welcome to Wikipedia" in r.text
+
+
+def _stat(c: Containers, name: str) -> str:
+    """The site's fingerprint query, as the catalog runs it on every flavor."""
+    from envctl.catalog import load_catalog
+
+    (query,) = load_catalog().site("wikipedia").fingerprint_queries("mini")
+    return c.exec(name, *query.run).stdout.strip()
+
+
+def test_an_empty_data_directory_is_seeded_with_the_book(mini_image, containers: Containers, tmp_path: Path) -> None:
+    """The catalog mounts {data_dir}/wikipedia on /data on every flavor: an empty one gets the image's ZIM
+    (a whole file, the image's mtime), which a second copy on the same directory finds and keeps."""
+    data = tmp_path / "wikipedia"
+    data.mkdir(mode=0o755)
+    image = mini_image("kiwix")
+    first = containers.run(image, ports={80: UPSTREAM_ARGS_PORT}, command=[f"{BOOK}.zim"], volumes=[f"{data}:/data"])
+    wait_http(f"http://127.0.0.1:{UPSTREAM_ARGS_PORT}{LANDING}", timeout=30, ok=lambda r: r.status_code == 200,
+              logs=lambda: containers.logs(first))
+    assert [p.name for p in data.iterdir()] == [f"{BOOK}.zim"]  # no temporary file left behind
+    seed = containers.exec(first, "stat", "-c", "%s %Y", f"/usr/share/envctl/seed/data/{BOOK}.zim").stdout.split()
+    st = (data / f"{BOOK}.zim").stat()
+    assert [str(st.st_size), str(int(st.st_mtime))] == seed
+    stamp = _stat(containers, first)
+    assert stamp == f"/data/{BOOK}.zim {seed[0]} {seed[1]}"
+    second = containers.run(image, command=[f"{BOOK}.zim"], volumes=[f"{data}:/data"])
+    time.sleep(1)
+    assert _stat(containers, second) == stamp and (data / f"{BOOK}.zim").stat().st_ino == st.st_ino  # left as found
+
+
+def test_a_read_only_empty_data_directory_is_one_line_of_error(mini_image, containers: Containers,
+                                                                  tmp_path: Path) -> None:
+    data = tmp_path / "ro"
+    data.mkdir(mode=0o755)
+    name = containers.run(mini_image("kiwix"), command=[f"{BOOK}.zim"], volumes=[f"{data}:/data:ro"])
+    code = subprocess.run(["docker", "wait", name], capture_output=True, text=True, timeout=60).stdout.strip()
+    logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+    assert code == "1", code
+    err = logs.stderr.strip().splitlines()
+    assert len(err) == 1 and f"/data/{BOOK}.zim is missing and cannot be written" in err[0], logs
+    assert list(data.iterdir()) == []
 
 
 @pytest.mark.browser

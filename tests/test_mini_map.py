@@ -1,8 +1,9 @@
 """Mini map: tile/Nominatim/OSRM stand-ins and the openstreetmap-website stand-in on a test network.
 
 The frontend reaches Nominatim through the URL the catalog's configure step writes (the ``nominatim``
-alias) and OSRM through ``OSRM_*_INTERNAL_URL``; the tests reach every container only through ports
-published on 127.0.0.1.
+alias); the browser reaches OSRM on the public URL and per-profile ports the configure steps write, as
+upstream's does. The routers run upstream's command (``osrm-routed ... /data/<profile>/...``) on the
+datasets the image seeds. The tests reach every container only through ports published on 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from conftest import Containers, wait_http
+from conftest import Containers, free_port, wait_http
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini]
 
-TILE, NOMINATIM, OSRM = 18160, 18161, {"car": 18162, "bike": 18163, "foot": 18164}
+TILE, NOMINATIM = 18160, 18161
+# The routers sit on the ports the catalog's configure steps give the browser for the offset _configure uses
+# (TILE - 8080): 5000/5001/5002 + 10080.
+OSRM = {"car": 15080, "bike": 15081, "foot": 15082}
 WEB, WEB_CONFIGURED, WEB_FALLBACK, WEB_FALLBACK_DEFAULTS = 18165, 18166, 18167, 18175
 CMU = (40.4441897, -79.9427192)
 MUSIC_HALL = (40.4437480, -79.9504070)
@@ -31,8 +35,9 @@ MUSIC_HALL = (40.4437480, -79.9504070)
 class MapStack:
     containers: Containers
     network: str
-    web: str  # container name of the frontend with internal URLs set
+    web: str  # container name of the frontend with the geocoding URL set
     configured: str  # a second frontend, configured with the upstream sed steps
+    web_image: str
 
     @staticmethod
     def url(port: int, path: str = "") -> str:
@@ -40,10 +45,7 @@ class MapStack:
 
 
 def _run_web(c: Containers, image: str, network: str, port: int, internal: bool) -> str:
-    env = {}
-    if internal:
-        env = {f"OSRM_{v.upper()}_INTERNAL_URL": f"http://osrm-{v}:5000" for v in OSRM}
-    name = c.run(image, ports={3000: port}, env=env, network=network)
+    name = c.run(image, ports={3000: port}, network=network)
     if internal:  # the geocoding URL as the catalog's configure step writes it (server-side call)
         c.exec(name, "sed", "-i", 's#^nominatim_url:.*#nominatim_url: "http://nominatim:8080/"#', "/app/config/settings.yml")
     wait_http(MapStack.url(port, "/"), timeout=30, ok=lambda r: r.status_code == 200, logs=lambda: c.logs(name))
@@ -60,9 +62,9 @@ def stack(mini_image, module_containers: Containers) -> MapStack:
         "tile": c.run(backend, ports={80: TILE}, network=net, aliases=["tile"], command=["tile"]),
         "nominatim": c.run(backend, ports={8080: NOMINATIM}, network=net, aliases=["nominatim"], command=["nominatim"]),
     }
-    for v, port in OSRM.items():
-        names[v] = c.run(backend, ports={5000: port}, network=net, aliases=[f"osrm-{v}", "osrm-public"] if v == "car"
-                         else [f"osrm-{v}"], command=["osrm", v])
+    for v, port in OSRM.items():  # upstream's command; the image seeds its datasets into /data
+        names[v] = c.run(backend, ports={5000: port}, network=net, aliases=[f"osrm-{v}"],
+                         command=["osrm-routed", "--algorithm", "mld", f"/data/{v}/us-northeast-latest.osrm"])
     probes = [(TILE, "/tile/0/0/0.png"), (NOMINATIM, "/search?q=test&format=json&limit=1")]
     probes += [(p, f"/route/v1/{v}/-79.9959,40.4406;-79.9,40.45?overview=false") for v, p in OSRM.items()]
     for port, path in probes:
@@ -70,7 +72,7 @@ def stack(mini_image, module_containers: Containers) -> MapStack:
     web = _run_web(c, web_image, net, WEB, internal=True)
     print(f"map stack (5 backends + frontend) ready in {time.monotonic() - start:.2f}s")
     configured = _run_web(c, web_image, net, WEB_CONFIGURED, internal=True)
-    return MapStack(c, net, web, configured)
+    return MapStack(c, net, web, configured, web_image)
 
 
 def _labels(image: str) -> str:
@@ -78,8 +80,8 @@ def _labels(image: str) -> str:
                           capture_output=True, text=True, check=True).stdout
 
 
-def test_image_labels(stack: MapStack) -> None:
-    for image in ("envctl-mini/map-backend:1", "envctl-mini/map-web:1"):
+def test_image_labels(stack: MapStack, mini_image) -> None:
+    for image in (mini_image("map-backend"), mini_image("map-web")):
         labels = _labels(image)
         for label in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"map"', '"org.envctl.data-version":"1"'):
             assert label in labels, (image, labels)
@@ -180,6 +182,8 @@ def test_osrm_routes_per_profile(stack: MapStack) -> None:
     assert again["routes"][0] == results["car"]  # deterministic
     full = requests.get(stack.url(OSRM["car"], f"/route/v1/car/{coords}"), params={"geometries": "geojson"}, timeout=10)
     assert full.json()["routes"][0]["geometry"]["type"] == "LineString"
+    assert full.headers["Access-Control-Allow-Origin"] == "*"  # as osrm-routed: the map page's browser calls it
+    assert [results[v]["weight_name"] for v in OSRM] == ["routability", "cyclability", "duration"]  # from the datasets
 
 
 @pytest.mark.parametrize("coords,code", [
@@ -202,8 +206,8 @@ def _osm_js(port: int) -> str:
     return r.text
 
 
-def test_frontend_defaults_are_upstreams(stack: MapStack) -> None:
-    _run_web(stack.containers, "envctl-mini/map-web:1", stack.network, WEB_FALLBACK_DEFAULTS, internal=False)
+def test_frontend_defaults_are_upstreams(stack: MapStack, mini_image) -> None:
+    _run_web(stack.containers, mini_image("map-web"), stack.network, WEB_FALLBACK_DEFAULTS, internal=False)
     js = _osm_js(WEB_FALLBACK_DEFAULTS)
     assert '"NOMINATIM_URL": "http://metis.lti.cs.cmu.edu:8085/"' in js
     assert '"FOSSGIS_OSRM_URL": "http://metis.lti.cs.cmu.edu:"' in js
@@ -223,19 +227,63 @@ def test_frontend_search_lists_nominatim_results(stack: MapStack) -> None:
     assert "No results found" in none.text
 
 
-def test_frontend_directions_show_the_osrm_route(stack: MapStack) -> None:
+def _js_round(x: float) -> int:
+    return math.floor(x + 0.5)  # Math.round
+
+
+def test_frontend_directions_hand_the_route_to_the_browser(stack: MapStack) -> None:
+    """The server geocodes the end points; the OSRM call is the browser's (fossgis_osrm.js), as upstream's."""
+    _configure(stack, stack.configured, "127.0.0.1")
     route = f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"
+    page = requests.get(stack.url(WEB_CONFIGURED, "/directions"), params={"engine": "fossgis_osrm_foot", "route": route},
+                        timeout=10).text
+    assert f'fossgisOsrmRoute("foot", ...[[{CMU[0]}, {CMU[1]}], [{MUSIC_HALL[0]}, {MUSIC_HALL[1]}]]);' in page
+    assert '<div id="routing_summary" hidden></div>' in page  # filled in by the browser
+    named = requests.get(stack.url(WEB_CONFIGURED, "/directions"),
+                         params={"engine": "fossgis_osrm_car", "from": "New York City", "to": "Pittsburgh"}, timeout=10).text
+    assert re.search(r'fossgisOsrmRoute\("car", \.\.\.\[\[40\.7\d*, -74\.0\d*\], \[40\.4\d*, -79\.9\d*\]\]\);', named)
+    js = requests.get(stack.url(WEB_CONFIGURED, "/assets/index/directions/fossgis_osrm.js"), timeout=10).text
+    ports = ", ".join(f'"{v}": "{p}"' for v, p in OSRM.items())
+    assert f"var vehicleTypePortMapping = {{{ports}}};" in js  # the configure steps' ports (offset 10080)
+    missing = requests.get(stack.url(WEB_CONFIGURED, "/directions"), params={"from": "zzyzx", "to": "Pittsburgh"},
+                           timeout=10).text
+    assert "Could not find “zzyzx”" in missing and "fossgisOsrmRoute(" not in missing
+
+
+@pytest.mark.browser
+def test_browser_gets_directions_from_the_public_osrm(stack: MapStack, browser) -> None:
+    _configure(stack, stack.configured, "127.0.0.1")
     osrm = requests.get(stack.url(OSRM["foot"], f"/route/v1/driving/{CMU[1]},{CMU[0]};{MUSIC_HALL[1]},{MUSIC_HALL[0]}"),
                         params={"overview": "false"}, timeout=10).json()["routes"][0]
-    r = requests.get(stack.url(WEB, "/directions"), params={"engine": "fossgis_osrm_foot", "route": route}, timeout=10)
-    assert r.status_code == 200
-    m = re.search(r'<div id="routing_summary">Distance: (\d+)m\. Time: (\d+):(\d\d)\.</div>', r.text)
-    assert m, r.text[-800:]
-    assert int(m.group(1)) == round(osrm["distance"])
-    assert int(m.group(2)) * 60 + int(m.group(3)) == round(osrm["duration"] / 60)
-    car = requests.get(stack.url(WEB, "/directions"),
-                       params={"engine": "fossgis_osrm_car", "from": "New York City", "to": "Pittsburgh"}, timeout=10)
-    assert re.search(r"Distance: \d{3}km\. Time: \d+:\d\d\.", car.text), car.text[-800:]
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    calls: list[str] = []
+    page.on("request", lambda req: calls.append(req.url) if "/route/v1/" in req.url else None)
+    try:
+        route = f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"
+        page.goto(stack.url(WEB_CONFIGURED, f"/directions?engine=fossgis_osrm_foot&route={route}"), wait_until="load")
+        summary = page.locator("#routing_summary")
+        summary.wait_for(state="visible", timeout=10_000)
+        m = re.fullmatch(r"Distance: (\d+)m\. Time: (\d+):(\d\d)\.", summary.inner_text())
+        assert m, summary.inner_text()
+        assert int(m.group(1)) == _js_round(osrm["distance"])
+        assert int(m.group(2)) * 60 + int(m.group(3)) == _js_round(osrm["duration"] / 60)
+        assert calls and all(c.startswith(f"http://127.0.0.1:{OSRM['foot']}/route/v1/driving/") for c in calls), calls
+        page.goto(stack.url(WEB_CONFIGURED, "/directions?engine=fossgis_osrm_car&from=New+York+City&to=Pittsburgh"),
+                  wait_until="load")
+        summary.wait_for(state="visible", timeout=10_000)
+        assert re.fullmatch(r"Distance: \d{3}km\. Time: \d+:\d\d\.", summary.inner_text()), summary.inner_text()
+        # a router that does not answer: the browser's error names the public URL it called
+        nowhere = free_port()
+        _sed(stack, stack.web, 's#^fossgis_osrm_url:.*#fossgis_osrm_url: "http://127.0.0.1:"#', "/app/config/settings.yml")
+        _sed(stack, stack.web, f's#"bike": *"[0-9]*"#"bike": "{nowhere}"#',
+             "/app/app/assets/javascripts/index/directions/fossgis_osrm.js")
+        page.goto(stack.url(WEB, f"/directions?engine=fossgis_osrm_bike&route={route}"), wait_until="load")
+        error = page.locator("#routing_error")
+        error.wait_for(state="visible", timeout=15_000)
+        assert error.inner_text() == f"An error occurred while communicating with http://127.0.0.1:{nowhere}/"
+        assert page.locator("#routing_summary").is_hidden()
+    finally:
+        page.close()
 
 
 def test_frontend_element_pages(stack: MapStack) -> None:
@@ -285,15 +333,15 @@ def test_catalog_configure_steps_reconfigure_without_restart(stack: MapStack) ->
 
 def test_configure_check_fails_when_a_sed_matched_nothing(stack: MapStack) -> None:
     """sed exits 0 when nothing matches: the step after it fails instead of leaving a stale URL."""
-    name = stack.containers.run("envctl-mini/map-web:1", network=stack.network)
+    name = stack.containers.run(stack.web_image, network=stack.network)
     stack.containers.exec(name, "sed", "-i", "/^nominatim_url:/d", "/app/config/settings.yml")
     with pytest.raises(subprocess.CalledProcessError) as err:
         _configure(stack, name, "127.0.0.1")
     assert err.value.cmd[3:5] == ["grep", "-qxF"] and "nominatim_url" in err.value.cmd[5]
 
 
-def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, mini_image) -> None:
-    """Without *_INTERNAL_URL the frontend calls settings.yml's URLs, OSRM with the per-vehicle port."""
+def test_settings_urls_are_used_by_the_server_for_geocoding(stack: MapStack, mini_image) -> None:
+    """The frontend geocodes through settings.yml's nominatim_url, re-read on every request."""
     c = stack.containers
     nominatim = c.run(mini_image("map-backend"), network=stack.network, aliases=["nominatim-public"],
                       env={"MINIWEB_PORT": "8085"}, command=["nominatim"])
@@ -301,7 +349,6 @@ def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, min
     before = requests.get(stack.url(WEB_FALLBACK, "/search"), params={"query": "CMU"}, timeout=30).text
     assert "An error occurred while communicating with http://metis.lti.cs.cmu.edu:8085/" in before
     _sed(stack, web, "s|metis.lti.cs.cmu.edu:8085|nominatim-public:8085|g", "/app/config/settings.yml")
-    _sed(stack, web, "s|metis.lti.cs.cmu.edu:|osrm-public:|g", "/app/config/settings.yml")
     deadline = time.monotonic() + 30
     while True:  # the extra Nominatim container may still be starting
         after = requests.get(stack.url(WEB_FALLBACK, "/search"), params={"query": "CMU"}, timeout=10).text
@@ -309,14 +356,6 @@ def test_settings_urls_are_used_when_no_internal_url_is_set(stack: MapStack, min
             break
         time.sleep(0.25)
     assert 'href="/relation/2279034"' in after, c.logs(nominatim)
-    car = requests.get(stack.url(WEB_FALLBACK, "/directions"),
-                       params={"engine": "fossgis_osrm_car", "route": f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"},
-                       timeout=10).text
-    assert re.search(r"Distance: \d+m\. Time: \d+:\d\d\.", car)  # via http://osrm-public:5000/
-    bike = requests.get(stack.url(WEB_FALLBACK, "/directions"),
-                        params={"engine": "fossgis_osrm_bike", "route": f"{CMU[0]},{CMU[1]};{MUSIC_HALL[0]},{MUSIC_HALL[1]}"},
-                        timeout=10).text
-    assert "An error occurred while communicating with http://osrm-public:5001/" in bike  # port 5001 is not served there
 
 
 @pytest.mark.browser

@@ -1,7 +1,7 @@
 """The map site's mini images run the way upstream's are run: the database like
 ``openstreetmap-website-db:latest`` (an official-``postgres``-style image) and the routers with the
 upstream ``osrm-routed --algorithm mld /data/us-northeast-latest.osrm`` command, which takes its profile
-from the mounted dataset."""
+from the mounted dataset (an empty mounted data directory gets the image's own datasets)."""
 from __future__ import annotations
 
 import json
@@ -157,6 +157,28 @@ def test_osrm_routed_takes_the_profile_from_the_dataset(mini_image, containers: 
     start = time.monotonic()
     subprocess.run(["docker", "stop", "-t", "10", bike], check=True, capture_output=True)
     assert time.monotonic() - start < 5 and _inspect(bike, "{{.State.ExitCode}}") == "0"
+
+
+def test_routers_side_by_side_seed_an_empty_data_directory(mini_image, containers: Containers, tmp_path: Path) -> None:
+    """The catalog mounts {data_dir}/map/osrm on /data of each router and names the profile's dataset
+    (/data/car/...): three routers starting together on an empty directory seed it once, whole, and each
+    routes with its own profile."""
+    data = tmp_path / "osrm"
+    data.mkdir(mode=0o755)
+    image = mini_image("map-backend")
+    ports = {p: free_port() for p in ("car", "bike", "foot")}
+    names = {p: _run(containers, "-v", f"{data}:/data", "-p", f"127.0.0.1:{port}:5000", image, "osrm-routed",
+                     "--algorithm", "mld", f"/data/{p}/us-northeast-latest.osrm") for p, port in ports.items()}
+    weights = {}
+    for p, port in ports.items():
+        body = wait_http(f"http://127.0.0.1:{port}{ROUTE}", timeout=30, ok=lambda r: r.status_code == 200,
+                         logs=lambda p=p: containers.logs(names[p])).json()
+        weights[p] = body["routes"][0]["weight_name"]
+    assert weights == {"car": "routability", "bike": "cyclability", "foot": "duration"}
+    files = sorted(str(f.relative_to(data)) for f in data.rglob("*"))
+    assert files == sorted(f"{p}{s}" for p in ("bike", "car", "foot")
+                           for s in ("", "/us-northeast-latest.osrm", "/us-northeast-latest.osrm.properties"))
+    assert json.loads((data / "bike" / "us-northeast-latest.osrm.properties").read_text()) == {"weight_name": "cyclability"}
 
 
 @pytest.mark.parametrize("content", [None, b"\x00\x01 no weight here"])

@@ -3,7 +3,7 @@
 
 The public API (what ``envctl images`` calls)::
 
-    from envctl.images import get_images, list_images, verify_images, build_for_sites
+    from envctl.images import get_images, plan_get, list_images, verify_images, build_for_sites
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _EXPORTS = {
     "build_for_sites": "envctl.images.build",
     "get_images": "envctl.images.get", "list_images": "envctl.images.get", "verify_images": "envctl.images.get",
     "export_image": "envctl.images.get", "import_image": "envctl.images.get", "prune": "envctl.images.get",
-    "Options": "envctl.images.get",
+    "Options": "envctl.images.get", "plan_get": "envctl.images.get",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -4,7 +4,9 @@ Each mini image is a site folder under ``envctl/images/mini/`` holding its ``Doc
 code (``app/``, copied into the image as the ``sites`` package) and its data (``files/``); the build
 context is ``envctl/images/mini/`` itself, so every Dockerfile can COPY the shared ``miniweb``
 package and its own folder. The front proxy lives in ``envctl/images/proxy/``.
-Tags are ``envctl-mini/<dir>:<MINI_VERSION>``. The classic builder is used because Debian's
+Tags are ``envctl-mini/<dir>:<version>``: ``MINI_VERSION``, or the folder's ``VERSION`` file when it has
+one (raised when an image's contract with the catalog changes, so a catalog and an image of another
+version never meet on a shared engine: the catalog names the version it was written for). The classic builder is used because Debian's
 docker.io ships no buildx plugin; BuildKit is not needed for these small images. Docker's layer cache makes an unchanged rebuild quick.
 """
 from __future__ import annotations
@@ -45,12 +47,18 @@ class ImageBuild:
     context: Path
 
 
+def _version(directory: Path) -> str:
+    """The tag version of a mini image folder: its ``VERSION`` file's, else ``MINI_VERSION``."""
+    f = directory / "VERSION"
+    return f.read_text().strip() if f.is_file() else MINI_VERSION
+
+
 def mini_builds() -> list[ImageBuild]:
     """Every mini image, base first (the others build FROM it)."""
     dirs = sorted(p.parent for p in MINI_DIR.glob("*/Dockerfile"))
     dirs.sort(key=lambda d: d.name != "base")
     return [
-        ImageBuild(d.name, f"envctl-mini/{d.name}:{MINI_VERSION}", d / "Dockerfile", MINI_DIR) for d in dirs
+        ImageBuild(d.name, f"envctl-mini/{d.name}:{_version(d)}", d / "Dockerfile", MINI_DIR) for d in dirs
     ]
 
 
@@ -60,7 +68,7 @@ def proxy_build() -> ImageBuild:
 
 
 def mini_tag(name: str) -> str:
-    return f"envctl-mini/{name}:{MINI_VERSION}"
+    return f"envctl-mini/{name}:{_version(MINI_DIR / name)}"
 
 
 def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) -> float:

@@ -229,6 +229,79 @@ def list_images(catalog, *, sites: Iterable[str] | None = None, flavor: str = "f
     return rows
 
 
+@dataclass(frozen=True)
+class PlannedArtifact:
+    """One row of ``envctl images get --dry-run``: what would be fetched, from where, how big."""
+
+    site: str | None
+    name: str
+    kind: str
+    action: str  # "present", or what a get would do: "pull", "load" (a tarball), "download" (data)
+    reference: str | None  # the registry reference pulled (through the registry mirror when set), else the URL
+    mirror: str | None
+    size: int | None  # bytes fetched: the pin's exact length, else the catalog's estimate; None: unknown
+    loaded_size: int | None  # bytes on the engine once loaded or pulled (the catalog's figure)
+    digest: str | None  # the registry digest (repo@sha256:...) from the catalog's reference or images.lock
+    pinned_in: str | None  # "catalog", the lock file, or None: pinned by the first get
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class GetPlan:
+    flavor: str
+    artifacts: list[PlannedArtifact]
+    disk: list[dict[str, Any]]  # per filesystem: path, free, need, ok, what
+
+    @property
+    def fits(self) -> bool:
+        return all(d["ok"] for d in self.disk)
+
+
+def plan_get(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full", mirror: str | None = None,
+             keep_archive: bool = False, options: Options | None = None) -> GetPlan:
+    """What ``get_images`` would do, fetching nothing: every artifact of ``flavor`` with its reference (a
+    registry image through ``ENVCTL_REGISTRY_MIRROR`` when set), its size where known, its digest and where
+    it is pinned (an image upstream names no digest for is pinned in ``images.lock`` by its first pull), and
+    the disk check of what is missing."""
+    opts = (options or Options()).resolved()
+    assert opts.lock is not None
+    rows: list[PlannedArtifact] = []
+    missing: list[tuple[ArtifactLike, list[SourceLike]]] = []
+    for site, art in artifacts(catalog, sites, flavor):
+        srcs = _sources(art, mirror)
+        pin = opts.lock.get(art.name)
+        src = srcs[0] if srcs else None
+        digest = pinned_in = None
+        ref = src.url if src else None
+        if src is not None and src.kind == "registry":
+            if "@" in src.url:
+                digest, pinned_in = src.url, "catalog"
+            elif pin and pin.digest:
+                digest, pinned_in = pin.digest, str(opts.lock.path)
+            if opts.registry_mirror:
+                ref = registry.mirror_ref(src.url, opts.registry_mirror)
+        elif art.sha256 or (pin and pin.sha256):
+            pinned_in = "catalog" if art.sha256 else str(opts.lock.path)
+        present = is_present(art, opts)
+        action = "present" if present else ("download" if art.kind == "data" else
+                                            "pull" if src is not None and src.kind == "registry" else "load")
+        note = None
+        if src is not None and src.kind == "registry" and digest is None:
+            note = "no digest: pinned in images.lock by the first pull, verified on every later one"
+        rows.append(PlannedArtifact(site, art.name, art.kind, action, ref, src.mirror if src else None,
+                                    (pin.size if pin and pin.size else None) or art.size, art.loaded_size,
+                                    digest, pinned_in, note))
+        if not present:
+            missing.append((art, srcs))
+    checks: list[disk.SpaceCheck] = []
+    if missing:
+        on_engine = any(a.kind == "image" or _into_volume(a) for a, _ in missing)
+        root = disk.docker_root() if on_engine else Path("/")
+        checks = disk.plan_space([n for a, srcs in missing for n in _needs(a, srcs, keep_archive, opts, root)])
+    return GetPlan(flavor, rows, [{"path": str(c.path), "free": c.free, "need": c.need, "ok": c.ok, "what": list(c.what)}
+                                  for c in checks])
+
+
 # ---------------------------------------------------------------- get
 
 
@@ -246,6 +319,9 @@ def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opt
            root: Path) -> list[disk.Need]:
     pin = opts.lock.get(art.name)  # type: ignore[union-attr]
     size = (pin.size if pin else None) or art.size  # exact when pinned, else the catalog's estimate
+    if sources and sources[0].kind == "registry" and art.kind == "image":
+        pulled = art.loaded_size or size  # a pull needs only the engine's room (slim images: no size but this)
+        return [disk.Need(root, pulled, f"pull {art.name}")] if pulled else []
     if size is None or not sources:
         return []
     loaded = art.loaded_size or size
@@ -253,8 +329,6 @@ def _needs(art: ArtifactLike, sources: list[SourceLike], keep_archive: bool, opt
         dest = _data_path(art, opts)
         have = fetch.partial_path(dest).stat().st_size if fetch.partial_path(dest).exists() else 0
         return [disk.Need(dest.parent, max(0, size - have), f"download {art.name}"), *_extract_needs(art, opts, size, root)]
-    if sources[0].kind == "registry":
-        return [disk.Need(root, loaded, f"pull {art.name}")]
     # The engine unpacks the archive into its tmp dir before registering the layers.
     needs = [disk.Need(root, size + loaded, f"load {art.name}")]
     archive = _archive_path(art, opts)

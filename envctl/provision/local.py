@@ -153,9 +153,10 @@ class LocalBackend:
                 svc = s.services[svc_name]
                 sf = svc.flavors[flavor]
                 name = r.containers[svc_name]
-                command = list(sf.command) if sf.command is not None else (list(svc.command) if svc.command else None)
-                env = {k: r(v) for k, v in {**svc.env, **sf.env}.items()}
-                volumes = [(r(v.source), v.target, "ro" if v.read_only else "rw") for v in (*svc.volumes, *sf.volumes)]
+                # The service's command, env and volumes are the site's, the same on every flavor.
+                command = list(svc.command) if svc.command else None
+                env = {k: r(v) for k, v in svc.env.items()}
+                volumes = [(r(v.source), v.target, "ro" if v.read_only else "rw") for v in svc.volumes]
                 for source, _, _ in volumes:
                     # A named volume nothing has filled (the tile cache) is made here with the instance's
                     # labels, so 'down --volumes' finds it; Docker would make it unlabelled.

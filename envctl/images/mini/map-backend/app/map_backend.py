@@ -2,7 +2,9 @@
 
 Upstream commands work too: ``run`` (the tile server's), ``/app/start.sh`` (Nominatim's) and
 ``osrm-routed [--algorithm mld] [--port N] /data/NAME.osrm`` (OSRM's: as there, the profile comes from
-the dataset, here from the weight name in ``NAME.osrm.properties``).
+the dataset, here from the weight name in ``NAME.osrm.properties``). Before ``osrm-routed`` starts, the
+image's small datasets (``/usr/share/envctl/seed/data/{car,bike,foot}/``, the layout of upstream's
+osrm_routing.tar) are copied to ``/data`` where missing, so an empty data directory mounted there works.
 
 - ``tile``: like overv/openstreetmap-tile-server on port 80, ``GET /tile/{z}/{x}/{y}.png`` (a generated
   256x256 PNG: grid, the tile's z/x/y and a dot per gazetteer place).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import struct
 import sys
 import zlib
@@ -282,6 +285,11 @@ def osrm_app(profile: Profile) -> Flask:
     app = Flask(f"map-osrm-{profile.name}")
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
+    @app.after_request
+    def cors(resp: Response) -> Response:  # osrm-routed answers any origin: browsers call it from the map page
+        resp.headers["Access-Control-Allow-Origin"] = "*"
+        return resp
+
     @app.get("/route/v1/<_profile>/<path:coords>")
     def route_view(_profile: str, coords: str) -> Response:
         # osrm-routed ignores the profile named in the URL: the loaded dataset decides (car/bike/foot).
@@ -385,8 +393,35 @@ def parse_osrm_routed(args: list[str]) -> tuple[Profile, int | None]:
     return profile_of_dataset(positional[-1]), int(port) if port is not None else None
 
 
+SEED = "/usr/share/envctl/seed"
+
+
+def seed(root: str = SEED) -> None:
+    """Copy each file of the seed tree ``root`` to the same path outside it (``root/data/car/x`` ->
+    ``/data/car/x``) when nothing is there: under a temporary name, then renamed, so routers starting side by
+    side on one data directory each see no file or a whole one. A path that cannot be written (a read-only
+    mount) is left alone: the dataset check then names what is missing."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            src = os.path.join(dirpath, name)
+            dest = src[len(root):]
+            if os.path.lexists(dest):
+                continue
+            tmp = os.path.join(os.path.dirname(dest), f".envctl-seed.{os.getpid()}.{name}")
+            try:
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.copy2(src, tmp)
+                os.replace(tmp, dest)
+            except OSError:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+
 def main(argv: list[str]) -> int:
     if argv and os.path.basename(argv[0]) == "osrm-routed":
+        seed()
         try:
             profile, port = parse_osrm_routed(argv[1:])
         except OsrmdError as exc:

@@ -3,15 +3,15 @@
 Backend configuration works like upstream's, read on every request so the upstream ``sed`` steps
 apply without a restart:
 
-- ``$MAP_APP_ROOT/config/settings.yml`` (default ``/app``): ``nominatim_url`` and ``fossgis_osrm_url``
-  (the vehicle port 5000/5001/5002 is appended, like ``vehicleTypePortMapping`` in fossgis_osrm.js);
-- ``$MAP_APP_ROOT/vendor/assets/leaflet/leaflet.osm.js``: the tile ``url`` template.
+- ``$MAP_APP_ROOT/config/settings.yml`` (default ``/app``): ``nominatim_url`` and ``fossgis_osrm_url``;
+- ``$MAP_APP_ROOT/vendor/assets/leaflet/leaflet.osm.js``: the tile ``url`` template;
+- ``$MAP_APP_ROOT/app/assets/javascripts/index/directions/fossgis_osrm.js``: ``vehicleTypePortMapping``
+  (the port appended to ``fossgis_osrm_url`` per vehicle) and the browser's OSRM call.
 
 As upstream's GeocoderController does, geocoding is a server-side call to ``nominatim_url`` (so the
-configure step writes the backend's private address there). Tiles and OSRM are public URLs the browser
-uses upstream; this stand-in renders directions on the server, so for OSRM it prefers
-``OSRM_{CAR,BIKE,FOOT}_INTERNAL_URL`` when set (a public URL such as 127.0.0.1 on the host is not
-reachable from inside the container).
+configure step writes the backend's private address there). Tiles and OSRM are public URLs that the
+browser calls, as upstream's does: the directions page hands the browser the two end points (names are
+geocoded on the server) and fossgis_osrm.js asks OSRM for the route and writes the summary.
 The element pages (/node, /way, /relation) read the shared gazetteer, as upstream reads its own DB.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from flask import Flask, Response, request
 from miniweb.core import esc, exit_on_sigterm, page, serve
 from sites import map_data as geo
 
-VEHICLE_PORTS = {"car": "5000", "bike": "5001", "foot": "5002"}  # fossgis_osrm.js vehicleTypePortMapping
-ENGINES = {f"fossgis_osrm_{v}": v for v in VEHICLE_PORTS}
+ENGINES = {f"fossgis_osrm_{v}": v for v in ("car", "bike", "foot")}
+FOSSGIS_OSRM_JS = Path("app", "assets", "javascripts", "index", "directions", "fossgis_osrm.js")
 DEFAULT_VIEW = (40.4417, -79.9901, 13)  # Pittsburgh
 TIMEOUT = 10
 
@@ -38,18 +38,11 @@ TIMEOUT = 10
 @dataclass(frozen=True)
 class Backends:
     nominatim_url: str  # called by the server, as configured
-    osrm_url: str  # public prefix, e.g. "http://host:" (port appended per vehicle)
+    osrm_url: str  # public prefix, e.g. "http://host:" (the browser appends the port per vehicle)
     tile_url: str  # public template with {z}/{x}/{y}
 
     def nominatim_internal(self) -> str:
         return self.nominatim_url.rstrip("/") + "/"
-
-    def osrm_public(self, vehicle: str) -> str:
-        return f"{self.osrm_url}{VEHICLE_PORTS[vehicle]}/"
-
-    def osrm_internal(self, vehicle: str) -> str:
-        env = os.environ.get(f"OSRM_{vehicle.upper()}_INTERNAL_URL")
-        return env.rstrip("/") + "/" if env else self.osrm_public(vehicle)
 
 
 def app_root() -> Path:
@@ -65,20 +58,6 @@ def load_backends() -> Backends:
 
 
 # ---------------------------------------------------------------- rendering helpers
-
-def format_distance(m: float) -> str:
-    """As openstreetmap-website's directions panel formats it."""
-    if m < 1000:
-        return f"{round(m)}m"
-    if m < 10000:
-        return f"{m / 1000:.1f}km"
-    return f"{round(m / 1000)}km"
-
-
-def format_time(s: float) -> str:
-    minutes = round(s / 60)
-    return f"{minutes // 60}:{minutes % 60:02d}"
-
 
 def tile_view(backends: Backends, lat: float, lon: float, zoom: int) -> str:
     tx, ty = geo.lonlat_to_tile(lat, lon, zoom)
@@ -133,16 +112,6 @@ def nominatim_search(backends: Backends, query: str, limit: int = 10) -> list[di
         return list(r.json())
     except (requests.RequestException, ValueError) as exc:
         raise BackendError(f"An error occurred while communicating with {backends.nominatim_url}") from exc
-
-
-def osrm_route(backends: Backends, vehicle: str, a: tuple[float, float], b: tuple[float, float]) -> dict:
-    """``a``/``b`` are (lat, lon); returns OSRM's JSON (code "Ok" or an error code)."""
-    url = f"{backends.osrm_internal(vehicle)}route/v1/driving/{a[1]},{a[0]};{b[1]},{b[0]}"
-    try:
-        r = requests.get(url, params={"overview": "false", "steps": "true"}, timeout=TIMEOUT)
-        return r.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise BackendError(f"An error occurred while communicating with {backends.osrm_public(vehicle)}") from exc
 
 
 # ---------------------------------------------------------------- app
@@ -226,17 +195,15 @@ def create_map_app() -> Flask:
                             points[i] = (float(found[0]["lat"]), float(found[0]["lon"]))
                         else:
                             message = f"Could not find “{text}”"
-            summary = ""
-            if points[0] and points[1] and not message:
-                res = osrm_route(b, vehicle, points[0], points[1])
-                if res.get("code") == "Ok" and res.get("routes"):
-                    route = res["routes"][0]
-                    summary = (f'<div id="routing_summary">Distance: {format_distance(route["distance"])}. '
-                               f'Time: {format_time(route["duration"])}.</div>')
-                else:
-                    message = "Could not find a route between those two places"
         except BackendError as exc:
-            message, summary = str(exc), ""
+            message = str(exc)
+        # The route itself is the browser's call to OSRM's public URL (fossgis_osrm.js), as upstream's.
+        summary = '<div id="routing_summary" hidden></div>'
+        if points[0] and points[1] and not message:
+            ends = json.dumps([list(points[0]), list(points[1])])
+            summary += ('<script src="/assets/osm.js"></script>'
+                        '<script src="/assets/index/directions/fossgis_osrm.js"></script>'
+                        f'<script>fossgisOsrmRoute({json.dumps(vehicle)}, ...{ends});</script>')
         options = "".join(
             f'<option value="{e}"{" selected" if e == engine else ""}>{v.capitalize()} (OSRM)</option>'
             for e, v in ENGINES.items()
@@ -248,7 +215,7 @@ def create_map_app() -> Flask:
             f'<select name="engine" aria-label="Engine">{options}</select>'
             '<input type="submit" value="Go"></form>'
         )
-        error = f'<p id="routing_error">{esc(message)}</p>' if message else ""
+        error = f'<p id="routing_error"{"" if message else " hidden"}>{esc(message)}</p>'
         if points[0] and points[1]:
             view = ((points[0][0] + points[1][0]) / 2, (points[0][1] + points[1][1]) / 2, 13)
         else:
@@ -286,6 +253,10 @@ def create_map_app() -> Flask:
         b = load_backends()
         cfg = {"NOMINATIM_URL": b.nominatim_url, "FOSSGIS_OSRM_URL": b.osrm_url, "TILE_URL": b.tile_url}
         return Response(f"OSM = {json.dumps(cfg, indent=1)};\n", mimetype="application/javascript")
+
+    @app.get("/assets/index/directions/fossgis_osrm.js")
+    def fossgis_osrm_js() -> Response:
+        return Response((app_root() / FOSSGIS_OSRM_JS).read_text(), mimetype="application/javascript")
 
     @app.get("/assets/leaflet.osm.js")
     def leaflet_js() -> Response:
