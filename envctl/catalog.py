@@ -314,6 +314,9 @@ class Flavor(_Model):
 
     description: str = ""
     artifacts: tuple[Artifact, ...] = ()
+    # What this flavor of the site lacks or does differently from the upstream site the tasks were written
+    # on (shown by 'envctl sites show' and 'up'), e.g. a disabled action, data it does not carry.
+    gaps: tuple[str, ...] = ()
     # Header-based auto-login (e.g. {X-M2-Customer-Auto-Login: "{username}:{password}"}), written to a
     # PW_EXTRA_HEADERS-style file by 'envctl login' for image flavors that support it.
     header_login: dict[str, str] = Field(default_factory=dict)
@@ -704,7 +707,7 @@ def _describe(err: dict[str, Any]) -> str:
 # docs/architecture.md, "Flavors": a flavor overrides only a service's image, build and memory and the site's
 # description and artifacts; everything else belongs to the site and runs unchanged on every flavor.
 SERVICE_FLAVOR_KEYS = frozenset({"image", "build", "memory"})
-SITE_FLAVOR_KEYS = frozenset({"description", "artifacts"})
+SITE_FLAVOR_KEYS = frozenset({"description", "artifacts", "gaps"})
 
 
 def _mapping(value: Any) -> dict[Any, Any]:
@@ -720,7 +723,7 @@ def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
         if not isinstance(site, dict):
             continue
         flavors = [(f"sites.{sname}.flavors.{fname}", f, SITE_FLAVOR_KEYS, "a site flavor may override only "
-                    "'description' and 'artifacts'; move it to the site so it runs on every flavor")
+                    "'description', 'artifacts' and 'gaps'; move it to the site so it runs on every flavor")
                    for fname, f in _mapping(site.get("flavors")).items()]
         for vname, svc in _mapping(site.get("services")).items():
             flavors += [(f"sites.{sname}.services.{vname}.flavors.{fname}", f, SERVICE_FLAVOR_KEYS,

@@ -283,7 +283,17 @@ class Lab:
         dk.engine_info()
         with locked(f"instance.{self.instance}"):
             settings = self._settings_for_up(flavor, public_host, bind, port_offset)
-            names = [n for n in names if settings.flavor in self.catalog.site(n).flavors]
+            lacking = [n for n in names if settings.flavor not in self.catalog.site(n).flavors]
+            if lacking and sites:
+                n = lacking[0]
+                raise UsageError(f"site '{n}' has no flavor '{settings.flavor}'",
+                                 f"its flavors: {', '.join(self.catalog.site(n).flavors)}; an instance runs one flavor, "
+                                 f"so bring {n} up in another (e.g. --instance {n} --flavor {next(iter(self.catalog.site(n).flavors))})")
+            names = [n for n in names if n not in lacking]
+            if not names:
+                raise UsageError(f"no site has the flavor '{settings.flavor}'", "see 'envctl sites list'")
+            for n in lacking:  # --all: the sites this flavor does not have are left out, and said so
+                progress(n, "skip", f"no {settings.flavor} flavor: left out (see 'envctl sites show {n}')")
             inst = Instance(self.catalog, settings, cancel=self.cancel)
             self._check_images(names, inst)
             ports = self._check_ports(names, settings)

@@ -1,6 +1,8 @@
 """The built-in catalog: every site, the right ports, env formats, configure steps as upstream writes them."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,7 +228,7 @@ def test_mini_flavor_may_not_override_the_fingerprint(tmp_path: Path):
     f.write_text(yaml.safe_dump(raw))
     with pytest.raises(CatalogError) as exc:
         load_catalog(f)
-    assert "sites.reddit.flavors.mini.fingerprint: a site flavor may override only 'description' and 'artifacts'" \
+    assert "sites.reddit.flavors.mini.fingerprint: a site flavor may override only 'description', 'artifacts' and 'gaps'" \
         in str(exc.value)
 
 
@@ -260,7 +262,7 @@ def test_the_builtin_catalog_has_no_flavor_override_and_no_allowlist():
     raw = yaml.safe_load(BUILTIN.read_text())
     for sname, site in raw["sites"].items():
         for fname, f in site["flavors"].items():
-            assert set(f) <= {"description", "artifacts"}, (sname, fname, set(f))
+            assert set(f) <= {"description", "artifacts", "gaps"}, (sname, fname, set(f))
         for vname, svc in site["services"].items():
             for fname, f in svc["flavors"].items():
                 assert set(f) <= {"image", "build", "memory"}, (sname, vname, fname, set(f))
@@ -332,7 +334,7 @@ def test_a_service_flavor_key_beyond_image_build_memory_is_refused(tmp_path: Pat
                                        ("health", {"probes": []}), ("env", {}), ("header_login", {"X-A": "b"})])
 def test_a_site_flavor_key_beyond_description_artifacts_is_refused(tmp_path: Path, key, value):
     msg = _load_raw(tmp_path, _mutate(f"sites.map.flavors.mini.{key}", value))
-    assert f"sites.map.flavors.mini.{key}: a site flavor may override only 'description' and 'artifacts'; " \
+    assert f"sites.map.flavors.mini.{key}: a site flavor may override only 'description', 'artifacts' and 'gaps'; " \
            "move it to the site so it runs on every flavor" in msg
 
 
@@ -376,3 +378,15 @@ def test_a_service_outside_the_contract_may_be_absent_from_a_flavor(tmp_path: Pa
     f.write_text(yaml.safe_dump(raw))
     site = load_catalog(f).site("map")
     assert "db" not in site.services_for("mini") and "db" in site.services_for("full")
+
+
+def test_slim_flavors_name_what_they_lack_and_sites_show_prints_it():
+    """What a flavor does differently from the site the tasks were written on is data (``gaps``), shown by
+    ``envctl sites show``: webarena-verified's admin refuses mass deletes, its forum counts votes otherwise."""
+    cat = load_catalog(BUILTIN)
+    assert any("mass delete" in g for g in cat.site("shopping_admin").flavors["slim"].gaps)
+    assert any("votes" in g for g in cat.site("reddit").flavors["slim"].gaps)
+    assert all(not f.gaps for s in cat.sites.values() for name, f in s.flavors.items() if name != "slim")
+    shown = subprocess.run([sys.executable, "-m", "envctl.cli", "sites", "show", "shopping_admin"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "gaps:" in shown and "mass delete" in shown
