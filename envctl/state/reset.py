@@ -116,8 +116,8 @@ def _verified(inst: Instance, copy: Copy, pristine: Fingerprint | None, phases: 
     with ThreadPoolExecutor(max_workers=1) as pool:
         fingerprint = pool.submit(inst.not_pristine, copy, pristine)
         try:
-            # Right after a route change nginx's old workers may answer a few requests with the old
-            # table (a removed backend: 502): give the graceful reload a few seconds before failing.
+            # A copy just routed may still be starting to answer (a recreate): give it a few seconds
+            # before failing.
             ok, results = wait_for(lambda: inst.probe(copy.site), timeout=10, cancel=inst.cancel)
             if not ok:
                 bad = next(r for r in results if not r.ok)
