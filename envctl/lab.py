@@ -238,10 +238,11 @@ class Lab:
         if not missing:
             return
         names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
+        flavor = f" --flavor {inst.flavor}" if inst.flavor != "full" else ""
         if all(build for _, _, build in missing):
             hint = f"build them with 'envctl images build --flavor {inst.flavor}'"
         else:
-            hint = "get them with 'envctl images get " + " ".join(sorted({s for s, _, _ in missing})) + "'"
+            hint = f"get them with 'envctl images get{flavor} " + " ".join(sorted({s for s, _, _ in missing})) + "'"
         raise ImageMissing(f"missing images: {names}", hint)
 
     def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
@@ -283,6 +284,7 @@ class Lab:
         dk.engine_info()
         with locked(f"instance.{self.instance}"):
             settings = self._settings_for_up(flavor, public_host, bind, port_offset)
+            self.catalog.require_flavor(sites if sites and not all_sites else (), settings.flavor)
             names = [n for n in names if settings.flavor in self.catalog.site(n).flavors]
             inst = Instance(self.catalog, settings, cancel=self.cancel)
             self._check_images(names, inst)
