@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import requests
 
 from conftest import free_port
 from envctl.catalog import Artifact, Source
@@ -23,9 +22,6 @@ from envctl.images import fetch
 from envctl.images.get import Options, get_artifacts
 from envctl.images.lock import LockFile
 from envctl.images.registry import MIRROR_ENV, mirror_ref, mirror_setting
-
-REGISTRY_BIN = "/usr/bin/docker-registry"
-
 
 @pytest.mark.parametrize("ref, want", [
     ("mysql:8.1", "m:5000/library/mysql:8.1"),
@@ -45,32 +41,6 @@ def test_mirror_setting_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert mirror_setting() == "registry.lab:5000" and mirror_setting("other:1") == "other:1"
     with pytest.raises(UsageError, match=MIRROR_ENV):
         mirror_setting("bad mirror")
-
-
-@pytest.fixture(scope="module")
-def local_registry(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(REGISTRY_BIN).exists():
-        pytest.fail(f"{REGISTRY_BIN} is missing: apt-get install docker-registry")
-    root = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    cfg = root / "config.yml"
-    cfg.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
-                   f"http: {{addr: 127.0.0.1:{port}}}\n")
-    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "docker-registry did not start"
-            time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
