@@ -59,7 +59,11 @@ def pushed(local_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         subprocess.run(["docker", "push", m], check=True, capture_output=True)
     subprocess.run(["docker", "image", "rm", local, *mirror_refs], check=True, capture_output=True)
     yield refs
-    subprocess.run(["docker", "image", "rm", "-f", *refs.values(), *mirror_refs], capture_output=True)
+    # a re-pull of a pinned reference is by digest: the mirror's repository keeps only a digest reference
+    by_digest = subprocess.run(["docker", "images", "--digests", "--format", "{{.Repository}}@{{.Digest}}"],
+                               capture_output=True, text=True).stdout.split()
+    subprocess.run(["docker", "image", "rm", "-f", *refs.values(), *mirror_refs,
+                    *(r for r in by_digest if r.startswith(f"{local_registry}/"))], capture_output=True)
 
 
 def image_id_of(ref: str) -> str | None:
