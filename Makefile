@@ -41,9 +41,11 @@ test-pytest: venv engine
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The full flavor end to end (images get -> load/pull -> extract -> up -> login -> write -> reset ->
-# snapshot -> down, every site) from a local mirror and registry of replicas of the upstream artifacts.
+# snapshot -> down, every site) from a local mirror and registry of replicas of the upstream artifacts;
+# then the slim flavor the same way, from replicas of webarena-verified's images (scripts/slim-replica/).
 rehearse: venv engine
 	$(VENV)/bin/python scripts/rehearse.py
+	$(VENV)/bin/python scripts/rehearse.py --flavor slim
 
 # The unit layer only (no Docker, no browser).
 test-fast: venv

@@ -644,6 +644,15 @@ class Catalog(_Model):
     def account_with_role(self, role: str) -> Account | None:
         return next((a for s in self.sites.values() for a in s.accounts if a.role == role), None)
 
+    def require_flavor(self, sites: Iterable[str], flavor: str) -> None:
+        """Each named site has ``flavor``: else one line naming the flavors it has (a site named on the
+        command line is never left out silently; dependencies and '--all' keep only the sites that have it)."""
+        for name in sites:
+            have = list(self.site(name).flavors)
+            if flavor not in have:
+                raise UsageError(f"site '{name}' has no flavor '{flavor}' (it has {', '.join(have)})",
+                                 f"leave it out, or run it with --flavor {have[0]} under another --instance")
+
     def images_of(self, site: str, flavor: str) -> list[str]:
         s = self.site(site)
         if flavor not in s.flavors:

@@ -357,6 +357,7 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
     if site_names and all_sites:
         raise UsageError("name sites or pass --all, not both", "e.g. 'envctl images get shopping' or '--all'")
     names = ctx.catalog.resolve(list(site_names) or None, all_sites=all_sites)
+    ctx.catalog.require_flavor(site_names, flavor or "full")
     if mirror is not None:
         known = ctx.catalog.mirrors()
         if mirror not in known:

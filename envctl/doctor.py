@@ -75,7 +75,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     if engine_ok:
         if missing_images:
             hint = ("envctl images build --flavor mini" if flavor == "mini" else
-                    "envctl images get " + " ".join(names))
+                    "envctl images get " + ("" if flavor == "full" else f"--flavor {flavor} ") + " ".join(names))
             checks.append(_check("images", "fail", f"missing: {', '.join(missing_images)}", hint))
         else:
             checks.append(_check("images", "ok", f"all {flavor} images present"))

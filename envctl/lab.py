@@ -238,10 +238,11 @@ class Lab:
         if not missing:
             return
         names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
+        flavor = f" --flavor {inst.flavor}" if inst.flavor != "full" else ""
         if all(build for _, _, build in missing):
             hint = f"build them with 'envctl images build --flavor {inst.flavor}'"
         else:
-            hint = "get them with 'envctl images get " + " ".join(sorted({s for s, _, _ in missing})) + "'"
+            hint = f"get them with 'envctl images get{flavor} " + " ".join(sorted({s for s, _, _ in missing})) + "'"
         raise ImageMissing(f"missing images: {names}", hint)
 
     def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
@@ -283,16 +284,12 @@ class Lab:
         dk.engine_info()
         with locked(f"instance.{self.instance}"):
             settings = self._settings_for_up(flavor, public_host, bind, port_offset)
+            self.catalog.require_flavor(sites if sites and not all_sites else (), settings.flavor)
             lacking = [n for n in names if settings.flavor not in self.catalog.site(n).flavors]
-            if lacking and sites:
-                n = lacking[0]
-                raise UsageError(f"site '{n}' has no flavor '{settings.flavor}'",
-                                 f"its flavors: {', '.join(self.catalog.site(n).flavors)}; an instance runs one flavor, "
-                                 f"so bring {n} up in another (e.g. --instance {n} --flavor {next(iter(self.catalog.site(n).flavors))})")
             names = [n for n in names if n not in lacking]
             if not names:
-                raise UsageError(f"no site has the flavor '{settings.flavor}'", "see 'envctl sites list'")
-            for n in lacking:  # --all: the sites this flavor does not have are left out, and said so
+                raise UsageError(f"no site asked for has the flavor '{settings.flavor}'", "see 'envctl sites list'")
+            for n in lacking:  # --all or a dependency: the sites this flavor does not have are left out, and said so
                 progress(n, "skip", f"no {settings.flavor} flavor: left out (see 'envctl sites show {n}')")
             inst = Instance(self.catalog, settings, cancel=self.cancel)
             self._check_images(names, inst)

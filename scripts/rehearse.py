@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``make rehearse``: drive the full flavor end to end, from a local mirror and registry of replicas.
+"""``make rehearse``: drive the full (or slim) flavor end to end, from a local mirror and registry of replicas.
 
 The full flavor (upstream images, 300 GB) cannot be downloaded here, but its whole path can run:
 this script publishes the mini images under the upstream names and in the upstream shapes, then
@@ -21,11 +21,22 @@ write -> verify -> snapshot create -> reset -> verify -> snapshot restore -> dow
 Which mini image replicates which upstream one comes from the catalog (the service's ``mini`` and
 ``full`` images). One line per site with its verdict and phase timings; exit 0 only if every site
 passes. ``--keep`` leaves the work dir, registry data and instance for inspection.
+
+``--flavor slim`` rehearses webarena-verified's images the same way (docs/flavors/slim.md). Each
+``am1n3e/webarena-verified-<site>:latest`` is a replica built here FROM the site's mini image with the slim
+shape where it matters to envctl (scripts/slim-replica/: a stand-in env-ctrl on 8877 that stays off with
+``WA_ENV_CTRL_ENABLE=false``, wikipedia's kiwix-serve on ``$WA_ENV_CTRL_KIWIX_PORT`` (default 8080), GitLab's
+gitlab.rb with ``nginx['listen_port'] = 8023``), pushed to the local registry under upstream's repository name;
+its digest is pinned in the rehearsal's ``images.lock`` (upstream names none), so ``images get`` pulls it by
+that digest through ``ENVCTL_REGISTRY_MIRROR``. The slim sites without images of their own (classifieds, the
+homepage) run their full images, as the catalog says. After ``up``, a ``shape`` phase checks the replica from
+inside: env-ctrl off where the catalog switches it off, GitLab's ``listen_port`` rewritten to the public port.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import gzip
 import hashlib
 import io
@@ -42,7 +53,8 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import requests
 import yaml
@@ -52,6 +64,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fetch_server import FaultServer  # noqa: E402  (the tests' Range-capable file server)
 
 from envctl.catalog import BUILTIN, load_catalog  # noqa: E402
+from envctl.images.build import mini_tag  # noqa: E402
 from envctl.images.lock import LockFile, Pin  # noqa: E402
 from envctl.images.registry import mirror_ref, registry_host  # noqa: E402
 
@@ -59,9 +72,15 @@ from envctl.images.registry import mirror_ref, registry_host  # noqa: E402
 # beside this one on the same engine.
 INSTANCE = os.environ.get("ENVCTL_REHEARSE_INSTANCE", "rehearse")
 # public ports 8000-14999: below the ephemeral range (the mirror and registry ports come from it), and apart
-# from every port the test lanes publish (make test runs the rehearsal beside pytest lane a: tests/conftest.py)
+# from every port the test lanes publish (make test runs the rehearsal beside pytest lane a: tests/conftest.py).
+# make test runs the slim rehearsal beside it at offset 6000 (10399-15999, none of the full one's ports).
 OFFSET = int(os.environ.get("ENVCTL_REHEARSE_OFFSET", "5000"))
+FLAVOR = "full"  # --flavor: full or slim
+FLAVORS = ("full", "slim")
 REGISTRY_BIN = "/usr/bin/docker-registry"
+SLIM_REPLICA = ROOT / "scripts" / "slim-replica"  # the files a slim replica adds to its mini image
+# Where each slim site listens inside upstream's image (docs/flavors/slim.md, "Ports"): WA_CONTAINER_PORT.
+SLIM_SITE_PORT = {"shopping": 80, "shopping_admin": 80, "reddit": 80, "gitlab": 8023, "wikipedia": 8080}
 SEED = "/usr/share/envctl/seed"  # where a mini image keeps the data it copies into an empty data mount
 MARK = "[rehearsal]"
 
@@ -81,6 +100,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def upstream_tags() -> Iterator[None]:
+    """Held while upstream-named tags that two rehearsals share are made, used or removed.
+
+    ``make test`` runs the full rehearsal (lane b) and the slim one (lane a) on one engine, and both
+    drive classifieds, whose images (``jykoh/classifieds``, ``mysql:8.1``) are the same on both flavors:
+    one rehearsal's removal of such a tag must not land inside the other's get..down of that site.
+    """
+    with open(Path(tempfile.gettempdir()) / "envctl-rehearse-upstream-tags.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def shared_images(cat: Any) -> set[str]:
+    """Upstream images (not envctl's) that artifacts of more than one flavor name."""
+    seen: dict[str, set[str]] = {}
+    for site in cat.sites.values():
+        for fname, f in site.flavors.items():
+            for a in f.artifacts:
+                if a.image and not a.image.startswith("envctl"):
+                    seen.setdefault(a.image, set()).add(fname)
+    return {image for image, flavors in seen.items() if len(flavors) > 1}
 
 
 def sha256_of(path: Path) -> str:
@@ -132,18 +178,66 @@ class Replicas:
         self.mirror.mkdir(parents=True, exist_ok=True)
         self.lock = LockFile(work / "data" / "images.lock")
         self.upstream_tags: set[str] = set()  # removed again at the end
-        # upstream image -> the mini image of the same service
-        self.replica_of: dict[str, str] = {}
-        for site in self.cat.sites.values():
+        # upstream image -> (site, the mini image of the same service)
+        self.replica_of: dict[str, tuple[str, str]] = {}
+        for name, site in self.cat.sites.items():
             for svc in site.services.values():
-                full, mini = svc.flavors.get("full"), svc.flavors.get("mini")
-                if full and mini and full.image != mini.image:
-                    self.replica_of.setdefault(full.image, mini.image)
+                up, mini = svc.flavors.get(FLAVOR), svc.flavors.get("mini")
+                if up and mini and up.image != mini.image:
+                    self.replica_of.setdefault(up.image, (name, mini.image))
+        self.slim_built: dict[str, str] = {}
 
     def _mini_for(self, image: str) -> str:
         if image not in self.replica_of:
             raise RuntimeError(f"no mini image replicates {image}: give its service a mini flavor in sites.yaml")
-        return self.replica_of[image]
+        site, mini = self.replica_of[image]
+        if image.startswith("am1n3e/webarena-verified-"):
+            return self.slim_replica(site, image, mini)
+        return mini
+
+    def slim_replica(self, site: str, image: str, mini: str) -> str:
+        """Build (once) the replica of webarena-verified's ``image``: ``mini`` plus the slim shape."""
+        if image in self.slim_built:
+            return self.slim_built[image]
+        ctx = self.work / "slim-replica" / site
+        ctx.mkdir(parents=True, exist_ok=True)
+        for f in ("env_ctrl.py", "entrypoint.sh", "gitlab-ctl"):
+            shutil.copy2(SLIM_REPLICA / f, ctx / f)
+        cfg = json.loads(sh("docker", "image", "inspect", "-f", "{{json .Config}}", mini).stdout)
+        entry, cmd = cfg.get("Entrypoint") or [], cfg.get("Cmd") or []
+        env = {"WA_ENV_CTRL_TYPE": site, "WA_ENV_CTRL_PORT": "8877", "WA_CONTAINER_PORT": str(SLIM_SITE_PORT[site])}
+        lines = [f"# envctl rehearsal replica of {image} (scripts/rehearse.py --flavor slim)", f"FROM {mini}"]
+        if site == "wikipedia":
+            # upstream's is kiwix-serve 3.3.0 plus env-ctrl (Python); the mini kiwix image has no Python: the
+            # mini base's Debian Python (the same bookworm libraries) runs the stand-in
+            base = mini_tag("base")
+            expat = sh("docker", "run", "--rm", "--entrypoint", "sh", base, "-c",
+                       "readlink -f /usr/lib/*-linux-gnu/libexpat.so.1").stdout.strip()  # the one library kiwix lacks
+            lines += [f"COPY --from={base} /usr/bin/python3.11 /usr/bin/python3",
+                      f"COPY --from={base} /usr/lib/python3.11 /usr/lib/python3.11",
+                      f"COPY --from={base} {expat} {Path(expat).parent}/libexpat.so.1"]
+            env |= {"WA_ENV_CTRL_KIWIX_PORT": "8080", "WA_ENV_CTRL_ZIM_FILE": "/data/wikipedia_en_all_maxi_2022-05.zim"}
+            cmd = []  # as upstream's: no argument serves $WA_ENV_CTRL_ZIM_FILE, a first argument replaces it
+        if site == "gitlab":
+            rb = (ROOT / "envctl" / "images" / "mini" / "gitlab" / "files" / "gitlab.rb").read_text()
+            (ctx / "gitlab.rb").write_text(rb.rstrip("\n") + "\n\n# webarena-verified's slim gitlab.rb "
+                                           "(site/gitlab/docker_overrides/gitlab.rb)\nnginx['listen_port'] = 8023\n")
+            # COPY, not RUN: /etc/gitlab is a declared VOLUME, where a RUN's changes are dropped
+            lines += ["COPY gitlab.rb /etc/gitlab/gitlab.rb", "COPY gitlab-ctl /opt/gitlab/bin/gitlab-ctl"]
+        lines += ["ENV " + " ".join(f"{k}={v}" for k, v in env.items()),
+                  "COPY env_ctrl.py entrypoint.sh /usr/local/lib/wa-env-ctrl/",
+                  "EXPOSE 8877",
+                  f'LABEL org.envctl.built-by="envctl" org.envctl.replica-of="{image}"',
+                  "ENTRYPOINT " + json.dumps(["/bin/sh", "/usr/local/lib/wa-env-ctrl/entrypoint.sh", *entry]),
+                  "CMD " + json.dumps(cmd)]
+        (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
+        tag = f"envctl-slim-replica/{site}:rehearsal"
+        p = subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], capture_output=True, text=True,
+                           env={**os.environ, "DOCKER_BUILDKIT": "0"})
+        if p.returncode != 0:
+            raise RuntimeError(f"building the slim replica of {image} failed: {(p.stderr or p.stdout).strip()[-600:]}")
+        self.slim_built[image] = tag
+        return tag
 
     def _serve(self, name: str, path: Path) -> dict[str, Any]:
         self.server.paths[name] = str(path)
@@ -153,6 +247,10 @@ class Replicas:
 
     def tarball(self, art: Any) -> dict[str, Any]:
         """``docker save`` of the mini image, tagged with the upstream name, under the upstream file name."""
+        with upstream_tags():
+            return self._tarball(art)
+
+    def _tarball(self, art: Any) -> dict[str, Any]:
         mini = self._mini_for(art.image)
         sh("docker", "tag", mini, art.image)
         out = self.mirror / art.name
@@ -173,8 +271,12 @@ class Replicas:
         return served
 
     def pushed(self, art: Any, src: Any) -> dict[str, Any]:
-        """The mini image pushed to the local registry under the upstream repository's mirror path."""
+        """The mini image (or slim replica) pushed to the local registry under the upstream repository's mirror path."""
         mini = self._mini_for(art.image)
+        with upstream_tags():
+            return self._pushed(art, src, mini)
+
+    def _pushed(self, art: Any, src: Any, mini: str) -> dict[str, Any]:
         ref = src.url
         repo_ref = ref.split("@")[0]
         if ":" not in repo_ref.rsplit("/", 1)[-1]:
@@ -291,9 +393,9 @@ def rehearsal_catalog(r: Replicas, sites: list[str], out: Path) -> None:
     original = copy.deepcopy(raw)
     for name in sites:
         spec = r.cat.site(name)
-        flavor = spec.flavors.get("full")
+        flavor = spec.flavors.get(FLAVOR)
         for i, art in enumerate(flavor.artifacts if flavor else ()):
-            entry = raw["sites"][name]["flavors"]["full"]["artifacts"][i]
+            entry = raw["sites"][name]["flavors"][FLAVOR]["artifacts"][i]
             assert entry["name"] == art.name
             if art.kind == "data":
                 entry.update(r.data(name, art))
@@ -304,18 +406,18 @@ def rehearsal_catalog(r: Replicas, sites: list[str], out: Path) -> None:
             log(f"replica of {name}/{art.name} ready")
     # Nothing but artifact sources and pins differs from the built-in catalog.
     for name, site in raw["sites"].items():
-        for i, entry in enumerate(((site.get("flavors") or {}).get("full") or {}).get("artifacts") or []):
-            before = original["sites"][name]["flavors"]["full"]["artifacts"][i]
+        for i, entry in enumerate(((site.get("flavors") or {}).get(FLAVOR) or {}).get("artifacts") or []):
+            before = original["sites"][name]["flavors"][FLAVOR]["artifacts"][i]
             for key in set(entry) | set(before):
                 if key not in OVERRIDABLE:
                     assert entry.get(key) == before.get(key), (name, key)
-            site["flavors"]["full"]["artifacts"][i] = before | {k: v for k, v in entry.items() if k in OVERRIDABLE}
+            site["flavors"][FLAVOR]["artifacts"][i] = before | {k: v for k, v in entry.items() if k in OVERRIDABLE}
         site_copy = {k: v for k, v in site.items() if k != "flavors"}
         assert site_copy == {k: v for k, v in original["sites"][name].items() if k != "flavors"}, name
     out.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
-# -- driving the full flavor ----------------------------------------------------------------------
+# -- driving the flavor ----------------------------------------------------------------------
 
 @dataclass
 class SiteRun:
@@ -367,21 +469,57 @@ class Driver:
             raise RuntimeError(f"counting the rehearsal's write failed: {text}")
         return int(text.strip().splitlines()[-1])
 
-    def site(self, name: str, catalog: Any) -> SiteRun:
+    def site(self, name: str, catalog: Any, shared: set[str]) -> SiteRun:
+        spec = catalog.site(name)
+        mine = {a.image for a in spec.flavors[FLAVOR].artifacts if a.image} & shared
+        if not mine:
+            return self._site(name, catalog)
+        with upstream_tags():  # another rehearsal may use or have left these tags: 'images get' must fetch them
+            for image in sorted(mine):
+                sh("docker", "rmi", image, check=False)
+            return self._site(name, catalog)
+
+    def shape(self, run: SiteRun, spec: Any) -> None:
+        """The slim replica as envctl runs it, seen from inside: env-ctrl switched as the site's env says,
+        GitLab's nginx port rewritten to the public port (the replica's reconfigure refuses a mismatch)."""
+        i = ["-i", INSTANCE]
+        t = time.monotonic()
+        entry = spec.entry_service
+        rc, _, text = self.envctl("exec", *i, run.site, "--", "python3", "/usr/local/lib/wa-env-ctrl/env_ctrl.py", "probe")
+        if rc != 0:
+            raise RuntimeError(f"shape: probing env-ctrl failed: {text}")
+        off = entry.env.get("WA_ENV_CTRL_ENABLE") == "false"
+        got = text.strip().splitlines()[-1]
+        if off and got != "off":
+            raise RuntimeError(f"shape: env-ctrl answers although WA_ENV_CTRL_ENABLE=false: {got[:200]}")
+        if not off and not (got.startswith("{") and json.loads(got).get("healthy")):
+            raise RuntimeError(f"shape: env-ctrl should serve a healthy /status on 8877: {got[:200]}")
+        run.notes.append("env-ctrl off" if off else "env-ctrl on")
+        if run.site == "gitlab":
+            rc, _, text = self.envctl("exec", *i, run.site, "--", "grep", "^nginx\\['listen_port'\\]", "/etc/gitlab/gitlab.rb")
+            port = next(iter(spec.public_ports().values())) + OFFSET
+            if rc != 0 or text.strip() != f"nginx['listen_port'] = {port}":
+                raise RuntimeError(f"shape: gitlab.rb's listen_port is not the public port {port}: {text.strip()[:200]}")
+            run.notes.append(f"listen_port {port}")
+        run.phases["shape"] = time.monotonic() - t
+
+    def _site(self, name: str, catalog: Any) -> SiteRun:
         run = SiteRun(name)
         spec = catalog.site(name)
         i = ["-i", INSTANCE]
         try:
-            got = self.step(run, "get", "images", "get", name, "--flavor", "full", *i, json_out=True) or []
-            for art in spec.flavors["full"].artifacts if "full" in spec.flavors else ():
+            got = self.step(run, "get", "images", "get", name, "--flavor", FLAVOR, *i, json_out=True) or []
+            for art in spec.flavors[FLAVOR].artifacts if FLAVOR in spec.flavors else ():
                 res = next((g for g in got if g.get("name") == art.name), None)
                 # nothing was there before: every artifact must really come from the mirror or registry
                 if res is None or res["action"] not in ("pulled", "loaded", "downloaded", "extracted"):
                     raise RuntimeError(f"get: {art.name} was not fetched ({res and res['action']})")
                 if art.extract is not None and not res.get("extracted"):
                     raise RuntimeError(f"get: {art.name} was not unpacked")
-            self.step(run, "up", "up", name, "--flavor", "full", *i, "--port-offset", str(OFFSET),
+            self.step(run, "up", "up", name, "--flavor", FLAVOR, *i, "--port-offset", str(OFFSET),
                       "--auth-dir", str(self.auth))
+            if any(img.startswith("am1n3e/webarena-verified-") for img in catalog.images_of(name, FLAVOR)):
+                self.shape(run, spec)
             if spec.login:
                 self.step(run, "login", "login", name, *i, "--out", str(self.auth), "--check")
                 state = self.auth / f"{name}_state.json"
@@ -442,24 +580,30 @@ def start_registry(work: Path) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> int:
-    global INSTANCE, OFFSET
+    global INSTANCE, OFFSET, FLAVOR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sites", nargs="*", help="sites to rehearse (default: all)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir and registry data")
     ap.add_argument("--json", action="store_true", help="one JSON object per site on stdout")
     ap.add_argument("--instance", default=INSTANCE, help=f"instance name (default {INSTANCE})")
     ap.add_argument("--port-offset", type=int, default=OFFSET, help=f"port offset of the sites (default {OFFSET})")
+    ap.add_argument("--flavor", choices=FLAVORS, default=FLAVOR,
+                    help="the flavor rehearsed: full (upstream's images) or slim (webarena-verified's); default full")
     args = ap.parse_args()
-    INSTANCE, OFFSET = args.instance, args.port_offset
+    INSTANCE, OFFSET, FLAVOR = args.instance, args.port_offset, args.flavor
     cat = load_catalog()
-    sites = args.sites or list(cat.sites)
+    sites = args.sites or [n for n, s in cat.sites.items() if FLAVOR in s.flavors]
     unknown = [s for s in sites if s not in cat.sites]
     if unknown:
         raise SystemExit(f"rehearse: unknown site(s) {', '.join(unknown)}; choose from {', '.join(cat.sites)}")
+    lacking = [s for s in sites if FLAVOR not in cat.site(s).flavors]
+    if lacking:
+        raise SystemExit(f"rehearse: {', '.join(lacking)} has no {FLAVOR} flavor; choose from "
+                         f"{', '.join(n for n, s in cat.sites.items() if FLAVOR in s.flavors)}")
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="envctl-rehearse-", dir=os.environ.get("ENVCTL_REHEARSE_DIR")))
     (work / "data").mkdir()
-    log(f"work dir {work}")
+    log(f"{FLAVOR} flavor; instance {INSTANCE}, port offset {OFFSET}; work dir {work}")
     sh(sys.executable, "-m", "envctl", "images", "build", "--flavor", "mini", capture=False)
     registry_proc, registry = start_registry(work)
     server = FaultServer()
@@ -477,8 +621,9 @@ def main() -> int:
         log(f"mirror and registry ready in {time.monotonic() - t:.0f}s "
             f"({sum(Path(p).stat().st_size for p in server.paths.values()) / 1e9:.2f} GB of files)")
         rehearsed = load_catalog(work / "sites.yaml")
+        shared = shared_images(cat)
         for name in sites:
-            run = driver.site(name, rehearsed)
+            run = driver.site(name, rehearsed, shared)
             runs.append(run)
             print(json.dumps({"site": run.site, "ok": run.ok, "why": run.why, "phases": run.phases, "notes": run.notes})
                   if args.json else run.line(), flush=True)
@@ -488,11 +633,11 @@ def main() -> int:
         server.__exit__()
         registry_proc.terminate()
         registry_proc.wait(10)
-        if replicas is not None:  # the upstream-named tags were made here; the mini images stay
-            for image in {a.image for s in sites for a in (cat.site(s).flavors["full"].artifacts
-                                                           if "full" in cat.site(s).flavors else ()) if a.image}:
-                if not image.startswith("envctl"):
-                    sh("docker", "rmi", image, check=False)
+        if replicas is not None:  # the upstream-named tags were made here; the mini images and slim replicas stay
+            with upstream_tags():
+                for image in {a.image for s in sites for a in cat.site(s).flavors[FLAVOR].artifacts if a.image}:
+                    if not image.startswith("envctl"):
+                        sh("docker", "rmi", image, check=False)
             # what 'images get' pulled through the mirror keeps the mirror's name too
             listed = sh("docker", "images", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}").stdout
             for repo, tag, digest in (line.split() for line in listed.splitlines() if line.count(" ") == 2):
@@ -505,7 +650,7 @@ def main() -> int:
         log(f"FAIL: volumes left after 'down --volumes': {', '.join(left)}")
         sh("docker", "volume", "rm", *left, check=False)
     failed = [r for r in runs if not r.ok]
-    log(f"{len(runs) - len(failed)}/{len(sites)} sites passed the full-flavor rehearsal in {time.monotonic() - started:.0f}s")
+    log(f"{len(runs) - len(failed)}/{len(sites)} sites passed the {FLAVOR}-flavor rehearsal in {time.monotonic() - started:.0f}s")
     return 1 if failed or left or len(runs) != len(sites) else 0
 
 

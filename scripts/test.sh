@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite on a real engine, as two lanes side by side, then what must run alone.
 #
-#   lane a  pytest, ENVCTL_TEST_LANE=a   (output here, as it runs)
+#   lane a  pytest, ENVCTL_TEST_LANE=a, then the slim-flavor rehearsal of the five webarena-verified sites
+#           (scripts/rehearse.py --flavor slim, instance slim-rehearse, port offset 6000)   (output here)
 #   lane b  pytest, ENVCTL_TEST_LANE=b, then the full-flavor rehearsal (scripts/rehearse.py)
 #           (output to a log, printed when both lanes are done)
 #   alone   pytest, ENVCTL_TEST_LANE=alone: the tests that restart the engine (after both lanes)
@@ -35,6 +36,16 @@ echo "[test] lane b (pytest ENVCTL_TEST_LANE=b, then the rehearsal) runs beside 
 t0=$(date +%s)
 ENVCTL_TEST_LANE=a "$VENV/bin/pytest" "${ARGS[@]}" || rc_a=$?
 TIMES+=("$(printf 'lane a       %5ds  (exit %d)' "$(( $(date +%s) - t0 ))" "$rc_a")")
+# The slim rehearsal: its own instance and port offset, apart from lane b's full one (rehearse, 5000).
+# Only the sites with webarena-verified images: under slim, classifieds and the homepage run the full
+# flavor's very images, artifacts and steps, which lane b's rehearsal drives (make rehearse runs all seven).
+t0=$(date +%s)
+rc_slim=0
+"$VENV/bin/python" scripts/rehearse.py --flavor slim --instance slim-rehearse --port-offset 6000 \
+    shopping shopping_admin reddit gitlab wikipedia || rc_slim=$?
+echo "== lane a slim rehearsal: $(( $(date +%s) - t0 ))s (exit $rc_slim) =="
+TIMES+=("$(printf 'lane a slim  %5ds  (exit %d)' "$(( $(date +%s) - t0 ))" "$rc_slim")")
+[ "$rc_slim" -eq 0 ] || rc_a=$rc_slim
 wait "$pid_b" || rc_b=$?
 TIMES+=("$(printf 'lane b       %5ds  (exit %d)' "$(( $(date +%s) - start ))" "$rc_b")")
 echo

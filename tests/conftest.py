@@ -67,6 +67,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+REGISTRY_BIN = "/usr/bin/docker-registry"
+
+
+@pytest.fixture(scope="module")
+def local_registry(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's ``docker-registry`` (the CNCF distribution registry) on 127.0.0.1:<free port> (Docker talks
+    plain HTTP to 127.0.0.0/8), as a registry mirror; deletes enabled, so a test can take a manifest away."""
+    if not Path(REGISTRY_BIN).exists():
+        pytest.fail(f"{REGISTRY_BIN} is missing: apt-get install docker-registry")
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    cfg = root / "config.yml"
+    cfg.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {root / 'data'}}}, "
+                   f"delete: {{enabled: true}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
+    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "docker-registry did not start"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 class Containers:
     """Start containers for a test and remove them afterwards (labelled so strays can be found)."""
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import requests
 
 from conftest import free_port
 from envctl.catalog import Artifact, Source
@@ -23,9 +22,6 @@ from envctl.images import fetch
 from envctl.images.get import Options, get_artifacts
 from envctl.images.lock import LockFile
 from envctl.images.registry import MIRROR_ENV, mirror_ref, mirror_setting
-
-REGISTRY_BIN = "/usr/bin/docker-registry"
-
 
 @pytest.mark.parametrize("ref, want", [
     ("mysql:8.1", "m:5000/library/mysql:8.1"),
@@ -48,32 +44,6 @@ def test_mirror_setting_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def local_registry(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(REGISTRY_BIN).exists():
-        pytest.fail(f"{REGISTRY_BIN} is missing: apt-get install docker-registry")
-    root = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    cfg = root / "config.yml"
-    cfg.write_text(f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
-                   f"http: {{addr: 127.0.0.1:{port}}}\n")
-    proc = subprocess.Popen([REGISTRY_BIN, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "docker-registry did not start"
-            time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.fixture(scope="module")
 def pushed(local_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A small locally built image pushed as a Docker Hub official image and as a ghcr.io image."""
     ctx = tmp_path_factory.mktemp("img")
@@ -89,7 +59,11 @@ def pushed(local_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         subprocess.run(["docker", "push", m], check=True, capture_output=True)
     subprocess.run(["docker", "image", "rm", local, *mirror_refs], check=True, capture_output=True)
     yield refs
-    subprocess.run(["docker", "image", "rm", "-f", *refs.values(), *mirror_refs], capture_output=True)
+    # a re-pull of a pinned reference is by digest: the mirror's repository keeps only a digest reference
+    by_digest = subprocess.run(["docker", "images", "--digests", "--format", "{{.Repository}}@{{.Digest}}"],
+                               capture_output=True, text=True).stdout.split()
+    subprocess.run(["docker", "image", "rm", "-f", *refs.values(), *mirror_refs,
+                    *(r for r in by_digest if r.startswith(f"{local_registry}/"))], capture_output=True)
 
 
 def image_id_of(ref: str) -> str | None:

@@ -287,7 +287,7 @@ def plan_get(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full
                                             "pull" if src is not None and src.kind == "registry" else "load")
         note = None
         if src is not None and src.kind == "registry" and digest is None:
-            note = "no digest: pinned in images.lock by the first pull, verified on every later one"
+            note = "no digest: pinned in images.lock by the first pull; every later pull asks for that digest"
         rows.append(PlannedArtifact(site, art.name, art.kind, action, ref, src.mirror if src else None,
                                     (pin.size if pin and pin.size else None) or art.size, art.loaded_size,
                                     digest, pinned_in, note))
@@ -506,7 +506,10 @@ def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_arch
     assert lock is not None and opts.timeouts is not None and opts.downloads is not None
     if src.kind == "registry":
         via = opts.registry_mirror
-        pulled = registry.pull(src.url, mirror=via,
+        pin = lock.get(art.name)
+        # A reference without a digest that images.lock pins is pulled by the pinned digest: a mirror or a
+        # moved tag cannot hand over another image, and nothing is tagged when it does not hold that one.
+        pulled = registry.pull(src.url, mirror=via, pinned=pin.digest if pin else None,
                                progress=lambda line: emit(Event("progress", art.name, site, src.mirror, message=line)))
         where = f"{src.mirror} via {via}" if via else src.mirror
         lock.check(art.name, digest=pulled.digest, mirror=where)

@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 from typing import Callable
 
-from envctl.errors import DockerError, FetchError, UsageError
+from envctl.errors import ChecksumMismatch, DockerError, FetchError, UsageError
 from envctl.provision import docker as dk
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -89,12 +89,18 @@ def check_reachable(host: str, timeout: float = 5.0) -> None:
 
 
 def pull(ref: str, *, mirror: str | None = None, progress: Callable[[str], None] | None = None,
-         timeout: float = 5.0) -> PullResult:
+         timeout: float = 5.0, pinned: str | None = None) -> PullResult:
     """Pull ``ref`` (from ``mirror`` when given, then tagged ``ref``); ``progress`` gets docker's lines.
 
-    Raises FetchError when it cannot.
+    ``pinned`` (``repo@sha256:...`` or ``sha256:...``, the digest ``images.lock`` holds for a reference
+    without one) makes it a pull by that digest: the engine verifies the content, so a mirror or a moved
+    tag cannot hand over another image; one that does not hold the pinned digest is refused
+    (ChecksumMismatch) and nothing is tagged. Raises FetchError when it cannot.
     """
-    actual = mirror_ref(ref, mirror) if mirror else ref
+    want = digest_of(pinned) if pinned and "@" not in ref else None
+    by_digest = repository(ref)
+    asked = f"{by_digest}@{want}" if want else ref
+    actual = mirror_ref(asked, mirror) if mirror else asked
     host = mirror.split("/")[0] if mirror else registry_host(ref)
     check_reachable(host, timeout)
     try:
@@ -104,15 +110,34 @@ def pull(ref: str, *, mirror: str | None = None, progress: Callable[[str], None]
         image_id = dk.image_id_or_none(actual)
         if image_id is None:
             raise DockerError(f"docker pull {actual} reported success but the image is not there")
-        if mirror and "@" not in ref:
-            dk.tag_image(image_id, ref)  # the upstream name, which the catalog and 'docker run' use
     except DockerError as exc:
+        where = f"mirror {mirror}" if mirror else f"registry {host}"
+        if want and ("manifest unknown" in exc.message or "not found" in exc.message):
+            raise ChecksumMismatch(f"{where} has no {by_digest}@{want}, the digest images.lock pins for {ref}: it serves "
+                                   "another image under that name, or none; refused, nothing pulled or tagged",
+                                   "if upstream really changed the image, remove its entry from images.lock and retry"
+                                   ) from None
         via = f" (mirror {mirror} for {ref})" if mirror else ""
         raise FetchError(f"{exc.message}{via}", "falling back to the next source") from exc
     repo = actual.partition("@")[0] if "@" in actual else split_ref(actual)[1]
     digests = dk.image_repo_digests(image_id)
-    digest = next((d for d in digests if d.partition("@")[0].endswith(repo)), digests[0] if digests else None)
+    ours = next((d for d in digests if d.partition("@")[0].endswith(repo)), None)
+    digest = ours or (digests[0] if digests else None)
+    if want and ours and digest_of(ours) != want:  # the engine checks a pull by digest; this is a second look
+        raise ChecksumMismatch(f"{actual} has digest {digest_of(digest)}, but images.lock pins {want} for {ref}; refused",
+                               "if upstream really changed the image, remove its entry from images.lock and retry")
+    if actual != ref and "@" not in ref:
+        try:
+            dk.tag_image(image_id, ref)  # the upstream name, which the catalog and 'docker run' use
+        except DockerError as exc:
+            raise FetchError(exc.message, "falling back to the next source") from exc
     return PullResult(ref, image_id, digest, actual)
+
+
+def repository(ref: str) -> str:
+    """``ref`` without its tag or digest: ``mysql:8.1`` -> mysql, ``ghcr.io/a/b:1`` -> ghcr.io/a/b."""
+    host, path, _ = split_ref(ref)
+    return f"{host}/{path}" if host else path
 
 
 def digest_of(value: str | None) -> str | None:
