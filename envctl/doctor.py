@@ -84,7 +84,8 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     owned: set[int] = set()
     if engine_ok:
         for c in dk.containers(role="proxy"):
-            owned |= {int(p) for p in dk.label(c, "ports").split(",") if p}
+            got = dk.seen(c)
+            owned |= {int(p) for p in (got[1] if got else {}).get("envctl.ports", "").split(",") if p}
     for n in names:
         site = catalog.site(n)
         for svc, p in site.public_ports().items():

@@ -746,8 +746,9 @@ class Lab:
         warm_mod.stop_warmers(self.instance, names)  # so would a warm copy of a snapshot
         with locked(f"instance.{self.instance}"):
             for c in dk.containers(instance=self.instance):
-                if c.name != pname and (names is None or dk.label(c, "site") in names):
-                    removed.append(c.name)
+                got = dk.seen(c)  # None: removed meanwhile (a replenisher's stray cleanup)
+                if got and got[0] != pname and (names is None or got[1].get("envctl.site") in names):
+                    removed.append(got[0])
             dk.remove(removed, volumes=True)
             if names is None:
                 if dk.inspect(pname) is not None:
@@ -823,12 +824,10 @@ class Lab:
     def instances(cls, catalog: Catalog | None = None) -> list[InstanceInfo]:
         out = []
         for c in dk.containers(role="proxy"):
-            try:
-                # labels and status from the listing's one inspect: read later, a proxy that another
-                # process removes meanwhile would be inspected again and raise
-                labels, status = dict(c.config.labels or {}), c.state.status or ""
-            except dk.NoSuchContainer:
+            got = dk.seen(c)  # labels and status together: read later, a proxy removed meanwhile would raise
+            if got is None:
                 continue  # removed (its instance downed) since the listing
+            _, labels, status = got
             s = InstanceSettings.from_labels(labels)
             lab = cls(catalog, instance=s.name)
             try:

@@ -515,6 +515,33 @@ def test_instances_lists_on_while_an_instance_is_downed_under_it(monkeypatch: py
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
 
 
+def test_a_copy_whose_container_was_removed_still_names_it_and_port_holder_skips_it() -> None:
+    """Found in CI: a replenisher removing a copy that another process removed meanwhile crashed on
+    NoSuchContainer (python-on-whales inspects again when its 0.2 s cache is stale), and so did
+    'up' naming a port's holder while another lane removed a container."""
+    from envctl.provision import docker as dk
+    from envctl.provision.local import Copy
+    from envctl.provision.ports import port_holder
+
+    name = f"lcgone-copy-{os.getpid()}"
+    cid = subprocess.run(["docker", "run", "-d", "--name", name, "--label", "envctl.instance=lcgone",
+                          "--label", "envctl.ports=1", "debian:bookworm-slim", "sleep", "600"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        c = dk.inspect(name)
+        assert c is not None
+        copy = Copy("homepage", "a", {"web": c})
+        listed = dk.containers(instance="lcgone")
+        subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
+        time.sleep(0.3)  # past the inspect cache
+        assert copy.names == [cid]  # its id: still what 'docker rm' takes, and no crash
+        dk.remove(copy.names)  # already gone: a no-op
+        assert [dk.seen(x) for x in listed] == [None]
+        assert "lcgone" not in port_holder(1)
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
 # -- refusals: nothing created ---------------------------------------------------------------------
 
 def test_port_conflict_is_refused_before_anything_is_created(instances_cleanup: None) -> None:

@@ -812,8 +812,9 @@ class LocalStore:
             return [f"{pool}-{i}" for i in range(1, self.size + 1)]
         names = []
         for c in dk.containers(role="proxy"):
-            inst = (c.config.labels or {}).get("envctl.instance", "")
-            if inst and c.state.running:
+            got = dk.seen(c)  # None: removed since the listing
+            inst = got[1].get("envctl.instance", "") if got else ""
+            if inst and got and got[2] == "running":
                 try:
                     table = proxy.read_state(inst)
                 except EnvctlError:
@@ -916,7 +917,8 @@ class LocalStore:
         ports = sorted({p for s in sites for p in catalog.site(s).public_ports().values()})
         taken: set[int] = set()
         for c in dk.containers(role="proxy"):
-            taken.update(int(p) for p in (c.config.labels or {}).get("envctl.ports", "").split(",") if p)
+            got = dk.seen(c)
+            taken.update(int(p) for p in (got[1] if got else {}).get("envctl.ports", "").split(",") if p)
         out: list[int] = []
         offset = self.base_offset
         while len(out) < count:

@@ -140,6 +140,15 @@ def containers(**labels: str) -> list[Container]:
     return []
 
 
+def seen(c: Container) -> tuple[str, dict[str, str], str] | None:
+    """(name, labels, status) of a listed container, read together; None when it was removed since the
+    listing (python-on-whales inspects again after 0.2 s, and another process may have removed it)."""
+    try:
+        return c.name, dict(c.config.labels or {}), c.state.status or ""
+    except NoSuchContainer:
+        return None
+
+
 def label(c: Container, key: str, default: str = "") -> str:
     return (c.config.labels or {}).get(f"{LABEL}.{key}", default)
 

@@ -59,7 +59,13 @@ class Copy:
 
     @property
     def names(self) -> list[str]:
-        return [c.name for c in self.containers.values()]
+        out = []
+        for c in self.containers.values():
+            try:
+                out.append(c.name)
+            except NoSuchContainer:  # removed since it was listed: its id still addresses it
+                out.append(c.id)
+        return out
 
     def running(self) -> bool:
         try:

@@ -22,8 +22,9 @@ def port_bindable(bind: str, port: int) -> bool:
 def port_holder(port: int) -> str:
     """Name what holds a port: an envctl instance, another container, or a process."""
     for c in dk.containers():
-        if c.state.running and str(port) in dk.label(c, "ports").split(","):
-            return f"envctl instance '{dk.label(c, 'instance')}' (container {c.name})"
+        got = dk.seen(c)  # None: removed by another process since the listing
+        if got and got[2] == "running" and str(port) in got[1].get("envctl.ports", "").split(","):
+            return f"envctl instance '{got[1].get('envctl.instance', '')}' (container {got[0]})"
     try:
         names = dk.publishers(port)
         if names:
