@@ -314,9 +314,6 @@ class Flavor(_Model):
 
     description: str = ""
     artifacts: tuple[Artifact, ...] = ()
-    # What this flavor of the site lacks or does differently from the upstream site the tasks were written
-    # on (shown by 'envctl sites show' and 'up'), e.g. a disabled action, data it does not carry.
-    gaps: tuple[str, ...] = ()
     # Header-based auto-login (e.g. {X-M2-Customer-Auto-Login: "{username}:{password}"}), written to a
     # PW_EXTRA_HEADERS-style file by 'envctl login' for image flavors that support it.
     header_login: dict[str, str] = Field(default_factory=dict)
@@ -436,6 +433,10 @@ class Site(_Model):
     reset: Reset
     url_path: str = ""  # appended to the public URL for humans (e.g. /forums/all)
     notes: tuple[str, ...] = ()
+    # flavor -> what the site lacks or does differently on that flavor, against the upstream site the tasks
+    # were written on (e.g. slim shopping_admin's disabled mass deletes); the site's, not the flavor's
+    # (a flavor gives only images and artifacts); shown by 'envctl sites show'
+    gaps: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
     @field_validator("services")
     @classmethod
@@ -508,6 +509,9 @@ class Site(_Model):
 
     def _contract_problem(self) -> str | None:
         """The first service of the contract missing from a flavor (docs/architecture.md, "Flavors")."""
+        for f in self.gaps:
+            if f not in self.flavors:
+                return f"gaps.{f}: the site has no flavor '{f}' (it has {', '.join(self.flavors)})"
         for sname, why in self.contract_services().items():
             if sname not in self.services:
                 continue  # an unknown service: reported by the checks that name it (probes are checked below)
@@ -716,7 +720,7 @@ def _describe(err: dict[str, Any]) -> str:
 # docs/architecture.md, "Flavors": a flavor overrides only a service's image, build and memory and the site's
 # description and artifacts; everything else belongs to the site and runs unchanged on every flavor.
 SERVICE_FLAVOR_KEYS = frozenset({"image", "build", "memory"})
-SITE_FLAVOR_KEYS = frozenset({"description", "artifacts", "gaps"})
+SITE_FLAVOR_KEYS = frozenset({"description", "artifacts"})
 
 
 def _mapping(value: Any) -> dict[Any, Any]:
@@ -732,7 +736,7 @@ def _flavor_override_problems(raw: dict[str, Any]) -> list[str]:
         if not isinstance(site, dict):
             continue
         flavors = [(f"sites.{sname}.flavors.{fname}", f, SITE_FLAVOR_KEYS, "a site flavor may override only "
-                    "'description', 'artifacts' and 'gaps'; move it to the site so it runs on every flavor")
+                    "'description' and 'artifacts'; move it to the site so it runs on every flavor")
                    for fname, f in _mapping(site.get("flavors")).items()]
         for vname, svc in _mapping(site.get("services")).items():
             flavors += [(f"sites.{sname}.services.{vname}.flavors.{fname}", f, SERVICE_FLAVOR_KEYS,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,7 @@ def test_mini_flavor_may_not_override_the_fingerprint(tmp_path: Path):
     f.write_text(yaml.safe_dump(raw))
     with pytest.raises(CatalogError) as exc:
         load_catalog(f)
-    assert "sites.reddit.flavors.mini.fingerprint: a site flavor may override only 'description', 'artifacts' and 'gaps'" \
+    assert "sites.reddit.flavors.mini.fingerprint: a site flavor may override only 'description' and 'artifacts'" \
         in str(exc.value)
 
 
@@ -262,7 +263,7 @@ def test_the_builtin_catalog_has_no_flavor_override_and_no_allowlist():
     raw = yaml.safe_load(BUILTIN.read_text())
     for sname, site in raw["sites"].items():
         for fname, f in site["flavors"].items():
-            assert set(f) <= {"description", "artifacts", "gaps"}, (sname, fname, set(f))
+            assert set(f) <= {"description", "artifacts"}, (sname, fname, set(f))
         for vname, svc in site["services"].items():
             for fname, f in svc["flavors"].items():
                 assert set(f) <= {"image", "build", "memory"}, (sname, vname, fname, set(f))
@@ -334,7 +335,7 @@ def test_a_service_flavor_key_beyond_image_build_memory_is_refused(tmp_path: Pat
                                        ("health", {"probes": []}), ("env", {}), ("header_login", {"X-A": "b"})])
 def test_a_site_flavor_key_beyond_description_artifacts_is_refused(tmp_path: Path, key, value):
     msg = _load_raw(tmp_path, _mutate(f"sites.map.flavors.mini.{key}", value))
-    assert f"sites.map.flavors.mini.{key}: a site flavor may override only 'description', 'artifacts' and 'gaps'; " \
+    assert f"sites.map.flavors.mini.{key}: a site flavor may override only 'description' and 'artifacts'; " \
            "move it to the site so it runs on every flavor" in msg
 
 
@@ -381,12 +382,20 @@ def test_a_service_outside_the_contract_may_be_absent_from_a_flavor(tmp_path: Pa
 
 
 def test_slim_flavors_name_what_they_lack_and_sites_show_prints_it():
-    """What a flavor does differently from the site the tasks were written on is data (``gaps``), shown by
-    ``envctl sites show``: webarena-verified's admin refuses mass deletes, its forum counts votes otherwise."""
+    """What a site does differently on a flavor is the site's data (``gaps``, keyed by flavor; no flavor
+    key), shown by ``envctl sites show``: webarena-verified's admin refuses mass deletes, its forum counts
+    votes otherwise; a flavor the site lacks is refused."""
     cat = load_catalog(BUILTIN)
-    assert any("mass delete" in g for g in cat.site("shopping_admin").flavors["slim"].gaps)
-    assert any("votes" in g for g in cat.site("reddit").flavors["slim"].gaps)
-    assert all(not f.gaps for s in cat.sites.values() for name, f in s.flavors.items() if name != "slim")
+    assert any("mass delete" in g for g in cat.site("shopping_admin").gaps["slim"])
+    assert any("votes" in g for g in cat.site("reddit").gaps["slim"])
+    assert all(set(s.gaps) <= {"slim"} for s in cat.sites.values())
+    raw = yaml.safe_load(BUILTIN.read_text())
+    raw["sites"]["map"]["gaps"] = {"slim": ["x"]}
+    f = Path(tempfile.mkdtemp()) / "sites.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(f)
+    assert "gaps.slim: the site has no flavor 'slim'" in str(exc.value)
     shown = subprocess.run([sys.executable, "-m", "envctl.cli", "sites", "show", "shopping_admin"],
                            capture_output=True, text=True, check=True).stdout
     assert "gaps:" in shown and "mass delete" in shown
