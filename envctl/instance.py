@@ -49,10 +49,8 @@ def read_settings(name: str) -> InstanceSettings | None:
     c = dk.inspect(proxy.proxy_name(name))
     if c is not None:
         return _with_data_dir(InstanceSettings.from_labels(c.config.labels or {}))
-    for net in dk.networks(instance=name):
-        if net.name == network_name(name):
-            return _with_data_dir(InstanceSettings.from_labels(net.labels or {}))
-    return None
+    labels = dk.networks(instance=name).get(network_name(name))
+    return None if labels is None else _with_data_dir(InstanceSettings.from_labels(labels))
 
 
 def network_name(instance: str) -> str:

@@ -248,7 +248,7 @@ class Lab:
     def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
         labels = settings.labels()
         net = network_name(self.instance)
-        existed = any(n.name == net for n in dk.networks(instance=self.instance))
+        existed = net in dk.networks(instance=self.instance)
         dk.ensure_network(net, labels)
         c = dk.inspect(proxy.proxy_name(self.instance))
         if c is not None and c.state.running and set(ports) <= set(proxy.published_ports(self.instance)) \

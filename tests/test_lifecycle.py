@@ -550,6 +550,38 @@ def test_a_copy_whose_container_was_removed_still_names_it_and_port_holder_skips
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
 
 
+def test_snapshot_list_goes_on_while_an_image_is_removed_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in CI: 'snapshot remove' (which lists first) crashed with NoSuchImage when another lane
+    removed a labelled image between the listing and the read of its labels. Here a real labelled image
+    is removed at exactly that moment."""
+    from envctl.provision import docker as dk
+    from envctl.state import snapshots
+
+    inst = f"lcimg{os.getpid()}"
+    tags = [f"envctl-test/lcimg:{inst}-{k}" for k in ("kept", "gone")]
+    for tag in tags:
+        subprocess.run(["docker", "build", "-q", "-t", tag, "--label", f"envctl.snapshot=s-{tag[-4:]}",
+                        "--label", f"envctl.instance={inst}", "--label", "envctl.site=homepage", "-"],
+                       input="FROM debian:bookworm-slim\n", check=True, capture_output=True, text=True)
+    real = dk.docker.image.list
+    removed: list[str] = []
+
+    def removed_meanwhile(*args: object, **kwargs: object) -> list:
+        found = real(*args, **kwargs)  # type: ignore[arg-type]
+        if not removed and ("label", "envctl.snapshot") in list(kwargs.get("filters") or []):  # type: ignore[call-overload]
+            subprocess.run(["docker", "image", "rm", "-f", tags[1]], check=True, capture_output=True)
+            removed.append(tags[1])
+        return found
+
+    monkeypatch.setattr(dk.docker.image, "list", removed_meanwhile)
+    try:
+        listed = [s for s in snapshots.list_snapshots(inst) if s.kind == "snapshot"]
+        assert removed == [tags[1]]
+        assert [s.image for s in listed] == [tags[0]] and listed[0].name == "s-kept"
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", *tags], capture_output=True)
+
+
 # -- refusals: nothing created ---------------------------------------------------------------------
 
 def test_port_conflict_is_refused_before_anything_is_created(instances_cleanup: None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from python_on_whales import Container, DockerException, docker
-from python_on_whales.exceptions import NoSuchContainer
+from python_on_whales.exceptions import NoSuchContainer, NoSuchImage, NoSuchNetwork
 
 __all__ = ["Container", "NoSuchContainer"]  # re-exported: callers never import python-on-whales
 
@@ -242,9 +242,17 @@ def ensure_network(name: str, labels: dict[str, str]) -> None:
 
 
 @_wrap
-def networks(**labels: str) -> list[Any]:
+def networks(**labels: str) -> dict[str, dict[str, str]]:
+    """Name -> labels of the networks carrying every given envctl label, read right after the listing (a
+    network removed in between is left out)."""
     filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()]
-    return docker.network.list(filters=filters)
+    out = {}
+    for net in docker.network.list(filters=filters):
+        try:
+            out[net.name] = dict(net.labels or {})
+        except NoSuchNetwork:
+            continue
+    return out
 
 
 @_wrap
@@ -363,16 +371,26 @@ def _commit(name: str, tag: str, labels: dict[str, str]) -> str:
     return proc.stdout.strip()
 
 
-@_wrap
-def images(**labels: str) -> list[Any]:
-    filters: Any = [("label", f"{LABEL}.{k}={v}") for k, v in labels.items()] or [("label", f"{LABEL}.golden")]
-    return docker.image.list(filters=filters)
+@dataclass(frozen=True)
+class ImageSeen:
+    """An image's id, tags, labels and size, read together right after the listing."""
+    id: str
+    tags: list[str]
+    labels: dict[str, str]
+    size: int
 
 
 @_wrap
-def images_labelled(label_key: str) -> list[Any]:
-    """Images carrying label ``label_key`` (any value)."""
-    return docker.image.list(filters=[("label", label_key)])
+def images_labelled(label_key: str) -> list[ImageSeen]:
+    """Images carrying label ``label_key`` (any value). An image removed between the listing and the read of
+    its labels (python-on-whales inspects again after 0.2 s; another process may have removed it) is left out."""
+    out = []
+    for img in docker.image.list(filters=[("label", label_key)]):
+        try:
+            out.append(ImageSeen(img.id, list(img.repo_tags or []), dict(img.config.labels or {}), int(img.size or 0)))
+        except NoSuchImage:
+            continue
+    return out
 
 
 @_wrap

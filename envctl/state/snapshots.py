@@ -251,14 +251,14 @@ def list_snapshots(instance: str, site: str | None = None) -> list[SnapshotInfo]
     out = []
     for kind, label in (("golden", "golden"), ("snapshot", "snapshot")):
         for img in dk.images_labelled(f"envctl.{label}"):
-            lb = img.config.labels or {}
+            lb = img.labels
             if kind == "snapshot" and lb.get("envctl.instance") != instance:
                 continue
             if site and lb.get("envctl.site") != site:
                 continue
             raw = lb.get("envctl.fingerprint")
             fp = Fingerprint.from_json(raw).digest if raw else ""
-            for tag in img.repo_tags or [img.id[:19]]:
+            for tag in img.tags or [img.id[:19]]:
                 out.append(SnapshotInfo(lb.get(f"envctl.{label}", ""), kind, lb.get("envctl.site", ""),
                                         lb.get("envctl.service", ""), tag, lb.get("envctl.flavor", ""),
                                         lb.get("envctl.public_url", ""), fp[:12], lb.get("envctl.created", ""),
