@@ -1,7 +1,8 @@
 """Benchmark (issue 23): how many instances get their spare, by memory limits vs by measured use.
 
 Brings up N mini instances of ``--sites`` (default reddit; ``all`` for every site; ``pmd1`` .. ``pmdN``,
-one after another, on port offsets spaced so no two instances' ports meet) with the default spares (the
+one after another, on port offsets spaced so no two instances' ports meet, below the kernel's
+ephemeral port range) with the default spares (the
 capacity plan's), on the engine as it is (other instances running on it
 count, as they do for a real ``up``). Before each ``up`` the engine is measured once, and both plans
 are computed from that same reading:
@@ -11,9 +12,10 @@ are computed from that same reading:
 * **new**: every container by ``min(limit, measured x MARGIN)``, spares being refilled kept, the new
   copy by the measured use of a running reddit copy: what ``up`` does now (and what it booted).
 
-After the last ``up`` it waits (``--settle`` s at most) for the booted spares to be ready, resets
-``pmd1``'s sites once and times how long their spares take to be back (the next episode needs them),
-prints the engine's used memory (every container, measured) and removes every instance it made.
+After the last ``up`` it waits (``--settle`` s at most) for the booted spares to be ready, resets the
+spare-tier sites of every instance side by side (the tiers used, p50 / p95), times how long until every
+spare is back (the next episode needs them), prints the engine's used memory (every container,
+measured) and removes every instance it made.
 
 Usage: .venv/bin/python bench/density.py [--n 16] [--sites reddit|all|a,b] [--settle 300] [--keep] [--json]
 """
@@ -21,22 +23,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envctl.lab import Lab
 from envctl.plan import GIB, MARGIN, measure_engine, plan
 
-OFFSET = 54000  # reddit's 9999 + 54001.. stays below 65535; tests use other offsets
+def ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections: published ports stay below it (a
+    port in that range can be held for a moment by any client's connection)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def offsets(ports: list[int], n: int) -> list[int]:
-    """n port offsets, the smallest even spacing from OFFSET (or lower) at which no two instances' ports
-    meet and every port stays below 65536."""
+    """n port offsets, the smallest even spacing at which no two instances' ports meet, every port
+    stays below the kernel's ephemeral range and the first instance starts at offset 10000 or lower."""
+    top = ephemeral_low() - 1
     for step in range(1, 5000):
-        base = min(OFFSET, 65535 - max(ports) - step * n)
-        if base < 1024:
+        base = min(10000, top - max(ports) - step * n)
+        if base < 1024 - min(ports):
             break
         seen: set[int] = set()
         ok = True
@@ -48,7 +60,7 @@ def offsets(ports: list[int], n: int) -> list[int]:
             seen |= mine
         if ok:
             return [base + step * i for i in range(1, n + 1)]
-    raise SystemExit(f"no spacing fits {n} instances of these ports below 65536")
+    raise SystemExit(f"no spacing fits {n} instances of these ports below the ephemeral range ({top + 1})")
 
 
 def gib(n: float) -> str:
@@ -115,20 +127,29 @@ def main() -> int:
                     "engine_used_bytes": e.used_bytes, "engine_source": e.source,
                     "ours_measured_bytes": sum(h.measured or 0 for h in e.containers if h.instance in names),
                     "up_seconds": round(time.monotonic() - start, 1)})
-        # the next episode needs the spare back: reset pmd1's reddit and time the refill
-        lab = Lab(instance=names[0])
-        if ready.get(names[0], 0) > 0 and spare_sites:
+        # every instance resets its spare-tier sites side by side (one episode ends everywhere at once),
+        # then the next episode needs every spare back: time the refill of all of them
+        if spare_sites:
+            def reset_one(n: str) -> list[Any]:
+                return Lab(instance=n).reset(spare_sites)
+
             t = time.monotonic()
-            res = lab.reset(spare_sites)
-            out["reset_tier"] = ",".join(sorted({x.tier for x in res}))
-            out["reset_s"] = round(time.monotonic() - t, 2)
+            with ThreadPoolExecutor(max_workers=len(names)) as pool:
+                results = [r for rs in pool.map(reset_one, names) for r in rs]
+            out["resets"] = len(results)
+            out["resets_ok"] = sum(1 for r in results if r.ok)
+            out["reset_tiers"] = {k: sum(1 for r in results if r.tier == k) for k in sorted({r.tier for r in results})}
+            secs = sorted(r.seconds for r in results)
+            out["reset_p50_s"] = round(statistics.median(secs), 3)
+            out["reset_p95_s"] = round(secs[min(len(secs) - 1, int(0.95 * len(secs)))], 3)
+            out["all_resets_s"] = round(time.monotonic() - t, 2)
             back = None
-            while time.monotonic() - t < 300:
-                if ready_all(names[0]):
+            while time.monotonic() - t < 600:
+                if all(ready_all(n) for n in names):
                     back = round(time.monotonic() - t, 1)
                     break
-                time.sleep(1)
-            out["spare_back_s"] = back
+                time.sleep(2)
+            out["spares_back_s"] = back
     finally:
         if not a.keep:
             for n in names:
@@ -146,9 +167,10 @@ def main() -> int:
               f" (ready at the end: {out.get('spares_ready')})")
         print(f"  engine's containers use {gib(out.get('engine_used_bytes', 0))} ({out.get('engine_source')}); "
               f"these {a.n} instances {gib(out.get('ours_measured_bytes', 0))}")
-        if "reset_tier" in out:
-            print(f"  reset of pmd1's {', '.join(spare_sites)}: tier {out['reset_tier']} in {out['reset_s']} s; "
-                  f"spares back after {out['spare_back_s']} s")
+        if "resets" in out:
+            print(f"  every instance resets {', '.join(spare_sites)} side by side: {out['resets_ok']} of {out['resets']} "
+                  f"ok, tiers {out['reset_tiers']}, p50 {out['reset_p50_s']} s, p95 {out['reset_p95_s']} s "
+                  f"(all {out['all_resets_s']} s); every spare back after {out['spares_back_s']} s")
     return 0
 
 

@@ -7,7 +7,7 @@ import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from envctl.errors import EnvctlError
 from envctl.paths import output_file, usable_dir  # noqa: F401 - also the CLI's path checks (it imports no paths)
@@ -122,3 +122,32 @@ def locked(name: str, *, wait: bool = True, timeout: float = 600) -> Iterator[No
         yield
     finally:
         os.close(fd)  # closing releases the lock, also when the process is killed
+
+
+@contextmanager
+def one_of(name: str, slots: int, *, timeout: float = 600,
+           on_wait: Callable[[], None] | None = None) -> Iterator[int]:
+    """Hold one of ``slots`` locks ``name.0`` .. ``name.<slots-1>`` (the first free one; waits up to
+    ``timeout``, calling ``on_wait`` once if it has to): at most ``slots`` holders at once on this
+    machine. Yields the slot's number."""
+    deadline = time.monotonic() + timeout
+    first = True
+    while True:
+        if not first and on_wait is not None:
+            on_wait()
+            on_wait = None
+        first = False
+        for i in range(max(1, slots)):
+            held = locked(f"{name}.{i}", wait=False)
+            try:
+                held.__enter__()
+            except Busy:
+                continue
+            try:
+                yield i
+            finally:
+                held.__exit__(None, None, None)
+            return
+        if time.monotonic() > deadline:
+            raise Busy(f"timed out after {timeout:.0f}s waiting for one of {slots} {name} slots")
+        time.sleep(0.1)

@@ -360,6 +360,9 @@ def test_recreated_container_rejects_old_cookie_and_stops_cleanly(mini_image, co
     upstream_configure(containers, s.name, s.base)
     session = customer_session(s.base)
     assert session.get(s.base + "/wishlist/", allow_redirects=False).status_code == 200
+    # once MariaDB and the app were up, the supervisor exec'd into the stdlib-only watcher (same pid 1)
+    pid1 = containers.exec(s.name, "cat", "/proc/1/cmdline").stdout.split("\0")
+    assert "--watch" in pid1 and "-S" in pid1 and not any("sites.magento" in a for a in pid1), pid1
 
     t0 = time.monotonic()
     subprocess.run(["docker", "stop", "-t", "20", s.name], check=True, capture_output=True)
@@ -379,6 +382,27 @@ def test_recreated_container_rejects_old_cookie_and_stops_cleanly(mini_image, co
 
 
 # --- the catalog's fingerprint sees the writes agents make -----------------------------------------------
+def test_an_app_that_dies_stops_the_database_and_the_container(mini_image, containers: Containers) -> None:
+    """The watcher the supervisor exec'd into keeps its rule: a child that exits stops the others (the
+    database shut down cleanly) and the container exits with that child's code, so a restart policy or
+    envctl's health check sees it."""
+    s = boot(containers, mini_image("magento"), 17704)
+    pid1 = containers.exec(s.name, "cat", "/proc/1/cmdline").stdout.split("\0")
+    [web] = [a.split(":")[0] for a in pid1 if a.endswith(":web")]  # the watcher's children: pid:name
+    containers.exec(s.name, "kill", "-KILL", web)
+    deadline = time.monotonic() + 30
+    state = ""
+    while time.monotonic() < deadline:
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", s.name],
+                               capture_output=True, text=True).stdout.strip()
+        if state.startswith("exited"):
+            break
+        time.sleep(0.3)
+    logs = containers.logs(s.name)
+    assert state == "exited 247", (state, logs)  # -SIGKILL, as the first supervisor reported it
+    assert "supervise: web exited with -9" in logs and "mariadbd: Shutdown complete" in logs, logs
+
+
 def test_writes_through_the_site_change_the_catalog_fingerprint(shop: Shop, module_containers: Containers) -> None:
     """Magento's own table names answer the full flavor's CHECKSUM TABLE: each write moves the right tables."""
     c, name = module_containers, shop.name

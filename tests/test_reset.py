@@ -111,6 +111,40 @@ def test_tampered_spare_escalates_to_the_inplace_tier(lab):
     assert_consistent(lab, "reddit")
 
 
+def test_spares_queue_for_the_machines_boot_slots(lab):
+    """Spares are background work: at most BOOT_SLOTS of them boot at once on the machine (every
+    instance's), so many resets ending together do not starve the resets in progress. While every slot is
+    held, a replenisher boots nothing and says it waits; once a slot frees it boots its spare."""
+    from envctl.locks import locked
+    from envctl.state.reset import BOOT_SLOTS
+
+    lab.replenish("reddit", 0)
+    before = {c.name for c in dk.containers(instance=INSTANCE, site="reddit")}
+    notes: list[tuple[str, str]] = []
+    booted: list[str] = []
+    held = [locked(f"spare-boot.{i}") for i in range(BOOT_SLOTS)]
+    for h in held:
+        h.__enter__()
+    t = threading.Thread(target=lambda: booted.extend(
+        lab.replenish("reddit", 1, progress=lambda s, p, d: notes.append((p, d)))))
+    try:
+        t.start()
+        deadline = time.monotonic() + 20
+        while not any(p == "wait" and "spare-boot slots" in d for p, d in notes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(p == "wait" and f"{BOOT_SLOTS} spare-boot slots" in d for p, d in notes), notes
+        time.sleep(1.0)
+        assert {c.name for c in dk.containers(instance=INSTANCE, site="reddit")} == before  # nothing booted
+        assert not state(lab).spares.get("reddit")
+    finally:
+        held[0].__exit__(None, None, None)  # one slot frees
+        t.join(180)
+        for h in held[1:]:
+            h.__exit__(None, None, None)
+    assert not t.is_alive() and len(booted) == 1 and state(lab).spares["reddit"] == booted, (booted, notes)
+    lab.replenish("reddit", 0)
+
+
 def test_spare_less_inplace_tier_restores_the_database_inside_the_running_copy(lab):
     """No spare ready (a host with no memory for one): reddit's database is copied back from the template
     saved while the copy was pristine, in the same copy; then verified like any tier."""

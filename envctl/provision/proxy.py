@@ -233,8 +233,9 @@ class Control:
             r = self.session.request(method, f"{self.url}/.envctl/{path}", data=None if data is None else data.encode(),
                                      headers={CONTROL_HEADER: self.token}, timeout=timeout)
         except requests.RequestException as exc:
-            raise ProxyUnreachable(f"the front proxy's control service at {self.url} did not answer: "
-                                   f"{type(exc).__name__}", "run 'envctl up' to repair the proxy") from None
+            raise ProxyUnreachable(f"the front proxy's control service at {self.url} did not answer {path} "
+                                   f"within {timeout:g}s: {type(exc).__name__}",
+                                   "run 'envctl up' to repair the proxy") from None
         if r.status_code != 200:
             raise ProxyUnreachable(f"the front proxy's control service at {self.url} answered HTTP {r.status_code} "
                                    f"on {path}: {r.text.strip()[:200]}", "run 'envctl up' to repair the proxy")

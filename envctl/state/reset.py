@@ -21,9 +21,10 @@ import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, get_args
+from typing import Any, Callable, Iterator, get_args
 
 import requests
 
@@ -33,7 +34,7 @@ from envctl.errors import EnvctlError, NoBrowser, ResetFailed, SiteNotUp, UsageE
 from envctl.healthchecks.fingerprint import Fingerprint, diff, mismatch
 from envctl.healthchecks.wait import wait_for
 from envctl.instance import Instance
-from envctl.locks import locked
+from envctl.locks import locked, one_of
 from envctl.provision.local import Copy, mask
 from envctl.provision import proxy
 from envctl.provision.proxy import ProxyState, Route
@@ -209,6 +210,45 @@ def cleanup_strays(inst: Instance, logins: Logins, site: str) -> list[str]:
     return [c.slot for c in removed]
 
 
+BOOT_SLOTS = max(2, 2 * (os.cpu_count() or 1))  # spares booting at once on this machine, every instance's
+
+
+@contextmanager
+def boot_slot(progress: Progress, site: str) -> Iterator[None]:
+    """Hold one of the machine's spare-boot slots while a spare boots and logs in. Spares are background
+    work: when many resets end at once (16 instances resetting side by side, bench/density.py) their
+    replenishers queue here instead of starving the resets in progress (and each other) of CPU, which
+    made probes time out and resets escalate to slower tiers."""
+    note = f"waiting for one of the {BOOT_SLOTS} spare-boot slots of this machine"
+    with one_of("spare-boot", BOOT_SLOTS, timeout=1800, on_wait=lambda: progress(site, "wait", note)):
+        yield
+
+
+def _boot_spare(inst: Instance, logins: Logins, site: str, progress: Progress) -> Copy:
+    """Boot a pristine spare, log it in (files staged for its swap), verify it and list it as ready."""
+    copy = boot_pristine(inst, site, role="spare", progress=progress)
+    staged = logins.staged(site, copy.slot)
+    staged.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if inst.catalog.site(site).login:
+        try:
+            login(inst, logins, [site], out_dir=staged, headers=inst.backend_header(copy, inst.catalog.site(site).entry))
+        except NoBrowser:
+            pass  # a machine without a browser (a lab host): the spare is pristine, without login files
+    # Verified once more now that it is logged in (the login wrote its sessions), so that the swap
+    # need not fingerprint it; its addresses are recorded so that routing it needs no engine call.
+    why = inst.not_pristine(copy, inst.pristine(site, inst.table()))
+    if why:
+        inst.backend.remove_copy(copy)
+        raise ResetFailed(f"{site}: spare {copy.slot} is not pristine after its login: {why}")
+    addrs = {c.name: proxy.lookup_addr(inst.name, c.name) for c in copy.containers.values()}
+    seen = proxy.addressed(inst.name, _backend_keys(inst, site, copy.slot))
+    with inst.routing() as table:
+        table.spares.setdefault(site, []).append(copy.slot)
+        table.verified[copy.slot] = [time.time(), seen]
+        table.addrs.update({k: v for k, v in addrs.items() if v})
+    return copy
+
+
 def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None,
               progress: Progress = _noop, *, wait: bool = False) -> list[str]:
     """Remove dirty copies and boot spares until ``want`` (default: the instance's setting) are ready.
@@ -234,27 +274,8 @@ def replenish(inst: Instance, logins: Logins, site: str, want: int | None = None
         booted = []
         while len(inst.table().spares.get(site, [])) < want:
             cleanup_strays(inst, logins, site)  # resets since the last pass left dirty copies
-            copy = boot_pristine(inst, site, role="spare", progress=progress)
-            staged = logins.staged(site, copy.slot)
-            staged.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if inst.catalog.site(site).login:
-                try:
-                    login(inst, logins, [site], out_dir=staged,
-                          headers=inst.backend_header(copy, inst.catalog.site(site).entry))
-                except NoBrowser:
-                    pass  # a machine without a browser (a lab host): the spare is pristine, without login files
-            # Verified once more now that it is logged in (the login wrote its sessions), so that the swap
-            # need not fingerprint it; its addresses are recorded so that routing it needs no engine call.
-            why = inst.not_pristine(copy, inst.pristine(site, inst.table()))
-            if why:
-                inst.backend.remove_copy(copy)
-                raise ResetFailed(f"{site}: spare {copy.slot} is not pristine after its login: {why}")
-            addrs = {c.name: proxy.lookup_addr(inst.name, c.name) for c in copy.containers.values()}
-            seen = proxy.addressed(inst.name, _backend_keys(inst, site, copy.slot))
-            with inst.routing() as table:
-                table.spares.setdefault(site, []).append(copy.slot)
-                table.verified[copy.slot] = [time.time(), seen]
-                table.addrs.update({k: v for k, v in addrs.items() if v})
+            with boot_slot(progress, site):
+                copy = _boot_spare(inst, logins, site, progress)
             progress(site, "spare", f"spare {copy.slot} ready")
             booted.append(copy.slot)
         cleanup_strays(inst, logins, site)
