@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -139,6 +140,12 @@ def main() -> int:
             out["resets"] = len(results)
             out["resets_ok"] = sum(1 for r in results if r.ok)
             out["reset_tiers"] = {k: sum(1 for r in results if r.tier == k) for k in sorted({r.tier for r in results})}
+            why: dict[str, int] = {}
+            for r in results:
+                for e in r.escalations:  # why a reset left the spare tier, with the numbers left out
+                    k = re.sub(r"[0-9a-f]{6,}|\d+(\.\d+)?", "N", e)[:90]
+                    why[k] = why.get(k, 0) + 1
+            out["escalations"] = why
             secs = sorted(r.seconds for r in results)
             out["reset_p50_s"] = round(statistics.median(secs), 3)
             out["reset_p95_s"] = round(secs[min(len(secs) - 1, int(0.95 * len(secs)))], 3)
@@ -171,6 +178,8 @@ def main() -> int:
             print(f"  every instance resets {', '.join(spare_sites)} side by side: {out['resets_ok']} of {out['resets']} "
                   f"ok, tiers {out['reset_tiers']}, p50 {out['reset_p50_s']} s, p95 {out['reset_p95_s']} s "
                   f"(all {out['all_resets_s']} s); every spare back after {out['spares_back_s']} s")
+            for k, v in sorted(out["escalations"].items(), key=lambda kv: -kv[1]):
+                print(f"    escalated {v}x: {k}")
     return 0
 
 
