@@ -1014,11 +1014,11 @@ def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir
         raise SystemExit(143)  # unwinds: the spare being booted is removed ('envctl down' sends this)
 
     signal.signal(signal.SIGTERM, stop)
-    try:
-        os.nice(10)  # background work: the resets and episodes in progress come first (the login's browser too)
-    except OSError:
-        pass
+    from envctl.errors import DockerError, LoginFailed, NotReady
+
     lab = ctx.lab(instance, auth_dir)
+    ctx.catalog.resolve(list(site_names))  # a wrong name or instance is refused at once, never retried
+    lab.running()
     failed = []
     for site in site_names:
         t = _t.monotonic()
@@ -1029,7 +1029,7 @@ def replenish_cmd(ctx: Ctx, site_names: tuple[str, ...], instance: str, auth_dir
             try:
                 # another replenisher at work is doing the job: return at once
                 slots = lab.replenish(site, progress=lambda s, p, d: click.echo(f"[{s}] {p}: {d}"), wait=False)
-            except EnvctlError as exc:
+            except (DockerError, NotReady, LoginFailed) as exc:  # what a crowded host makes late; not a usage error
                 click.echo(f"[{site}] pass {attempt} failed: {exc}" + (f"; again in {pause:.0f}s" if pause else ""))
                 if pause is None:
                     failed.append(site)

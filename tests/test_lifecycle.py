@@ -65,6 +65,18 @@ def docker_json(*argv: str) -> Any:
     return json.loads(out)
 
 
+def settled(instance: str, timeout: float = 300) -> None:
+    """Wait until no background replenisher of ``instance`` runs: one started by an earlier test's reset
+    on the shared instance removes the dirty copy it left, at its own (lower) priority, and would change
+    the containers between a test's two readings."""
+    from envctl.state.reset import replenisher_pids
+
+    deadline = time.monotonic() + timeout
+    while replenisher_pids(instance):
+        assert time.monotonic() < deadline, f"replenishers of {instance} still running after {timeout:.0f}s"
+        time.sleep(0.2)
+
+
 def container_ids(instance: str) -> dict[str, str]:
     """name -> id of every container (running or not) labelled for ``instance``."""
     out = subprocess.run(["docker", "ps", "-a", "--no-trunc", "--filter", f"label=envctl.instance={instance}",
@@ -201,6 +213,7 @@ def lc1(mini_all: MiniAll, mini_images: Catalog, instances_cleanup: None) -> dic
     containers it has when this module starts."""
     assert mini_all.instance == LC1 and mini_all.offset == LC1_OFFSET
     data = dict(mini_all.up)
+    settled(LC1)
     data["_ids"] = container_ids(LC1)
     return data
 
@@ -410,6 +423,7 @@ def repaired(lc1: dict[str, Any]) -> dict[str, Any]:
     booted after an earlier test's reset on this shared instance is removed too, and not counted)."""
     from envctl.provision import proxy
 
+    settled(LC1)
     before = container_ids(LC1)
     table = proxy.read_state(LC1)
     assert table is not None

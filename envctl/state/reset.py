@@ -292,7 +292,7 @@ def spawn_replenish(inst: Instance, logins: Logins, sites: list[str]) -> subproc
     if not sites:
         return None
     return workers.spawn([REPLENISH_CMD.decode()], inst.name, logins.auth_dir, sites, log_name="replenish",
-                         catalog_path=logins.catalog_path)
+                         catalog_path=logins.catalog_path, nice=10)  # background work: episodes come first
 
 
 def replenisher_pids(instance: str, sites: list[str] | None = None) -> list[int]:

@@ -9,6 +9,7 @@ could go stale. Used by the spare replenisher (:mod:`envctl.state.reset`) and th
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +20,14 @@ from envctl.locks import lock_dir
 
 
 def spawn(command: list[str], instance: str, auth_dir: Path, args: list[str], *, log_name: str,
-          catalog_path: str | None = None) -> subprocess.Popen[bytes]:
+          catalog_path: str | None = None, nice: int = 0) -> subprocess.Popen[bytes]:
     """Run ``envctl <command…> --instance I --auth-dir D <args…>`` detached; its output goes to
-    ``<lock dir>/<log_name>-<instance>.log``."""
+    ``<lock dir>/<log_name>-<instance>.log``. ``nice``: run it at that lower CPU priority (``nice -n``,
+    which execs it: the pid and the argv that :func:`pids` reads are envctl's)."""
     log = open(lock_dir() / f"{log_name}-{instance}.log", "ab")
     argv = [sys.executable, "-m", "envctl", *command, "--instance", instance, "--auth-dir", str(auth_dir), *args]
+    if nice and shutil.which("nice"):
+        argv = [str(shutil.which("nice")), "-n", str(int(nice)), *argv]
     env = dict(os.environ)
     if catalog_path:
         env["ENVCTL_CATALOG"] = str(catalog_path)
