@@ -25,57 +25,17 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 STOP_WAIT = 60.0  # seconds a child gets after SIGTERM before SIGKILL
 
 
-def supervise(steps: Sequence[tuple[str, Sequence[str], Callable[[], None] | None]]) -> int:
-    """Start each ``(name, argv, ready)`` in order; ``ready()`` blocks until that step is usable. Then
-    watch them from a process that holds nothing else (see the module's doc)."""
-    children: list[tuple[str, subprocess.Popen]] = []
-    stopping = False
+class Children:
+    """The started children (pid, name), in start order, and how each ended: one stop rule for the
+    supervisor while it starts them and for the watcher it becomes."""
 
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        if stopping:
-            return
-        stopping = True
-        for name, proc in reversed(children):
-            if proc.poll() is None:
-                print(f"supervise: stopping {name}", flush=True)
-                proc.terminate()
-                try:
-                    proc.wait(timeout=STOP_WAIT)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+    def __init__(self, children: Sequence[tuple[int, str]] = ()) -> None:
+        self.children = list(children)
+        self.exited: dict[int, int] = {}
+        self.stopping = False
 
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
-    for name, argv, ready in steps:
-        if stopping:
-            break
-        print(f"supervise: starting {name}: {' '.join(argv)}", flush=True)
-        children.append((name, subprocess.Popen(list(argv))))
-        if ready is not None:
-            ready()
-        code = children[-1][1].poll()
-        if code is not None:
-            print(f"supervise: {name} exited with {code}", flush=True)
-            stop()
-            return code or 1
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    if stopping:
-        return 0
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-S", "-E", os.path.abspath(__file__), "--watch",
-                              *(f"{proc.pid}:{name}" for name, proc in children)])
-    return 1  # not reached
-
-
-def watch(children: list[tuple[int, str]]) -> int:
-    """Watch already-started children (pid, name): the same stop order and exit rule as ``supervise``.
-    Reaps every child, orphans adopted as PID 1 included."""
-    exited: dict[int, int] = {}
-    stopping = False
-
-    def reap() -> None:
+    def reap(self) -> None:
+        """Collect every child that ended (orphans adopted as PID 1 included)."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -83,16 +43,21 @@ def watch(children: list[tuple[int, str]]) -> int:
                 return
             if pid == 0:
                 return
-            exited[pid] = os.waitstatus_to_exitcode(status)
+            self.exited[pid] = os.waitstatus_to_exitcode(status)
 
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        if stopping:
+    def ended(self) -> tuple[str, int] | None:
+        """(name, exit code) of the first child that ended, if any."""
+        self.reap()
+        return next(((name, self.exited[pid]) for pid, name in self.children if pid in self.exited), None)
+
+    def stop(self, *_: object) -> None:
+        """SIGTERM to each child in reverse start order, waiting for each (SIGKILL after STOP_WAIT)."""
+        if self.stopping:
             return
-        stopping = True
-        for pid, name in reversed(children):
-            reap()
-            if pid in exited:
+        self.stopping = True
+        for pid, name in reversed(self.children):
+            self.reap()
+            if pid in self.exited:
                 continue
             print(f"supervise: stopping {name}", flush=True)
             try:
@@ -100,24 +65,62 @@ def watch(children: list[tuple[int, str]]) -> int:
             except ProcessLookupError:
                 continue
             deadline = time.monotonic() + STOP_WAIT
-            while pid not in exited and time.monotonic() < deadline:
+            while pid not in self.exited and time.monotonic() < deadline:
                 time.sleep(0.05)
-                reap()
-            if pid not in exited:
+                self.reap()
+            if pid not in self.exited:
                 os.kill(pid, signal.SIGKILL)
 
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
+    def stop_on_signals(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.stop)
+
+    def exit_code_after(self, name: str, code: int) -> int:
+        print(f"supervise: {name} exited with {code}", flush=True)
+        self.stop()
+        return code or 1
+
+
+def supervise(steps: Sequence[tuple[str, Sequence[str], Callable[[], None] | None]]) -> int:
+    """Start each ``(name, argv, ready)`` in order; ``ready()`` blocks until that step is usable. Then
+    watch them from a process that holds nothing else (see the module's doc)."""
+    kids = Children()
+    kids.stop_on_signals()
+    # Kept referenced: a dropped Popen that is still running is polled (and reaped) by the subprocess
+    # module on the next Popen, and its exit would be lost to Children.reap.
+    procs: list[subprocess.Popen] = []
+    for name, argv, ready in steps:
+        if kids.stopping:
+            break
+        print(f"supervise: starting {name}: {' '.join(argv)}", flush=True)
+        procs.append(subprocess.Popen(list(argv)))
+        kids.children.append((procs[-1].pid, name))
+        if ready is not None:
+            ready()
+        ended = kids.ended()
+        if ended is not None:
+            return kids.exit_code_after(*ended)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    if kids.stopping:
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-S", "-E", os.path.abspath(__file__), "--watch",
+                              *(f"{pid}:{name}" for pid, name in kids.children)])
+    return 1  # not reached
+
+
+def watch(children: list[tuple[int, str]]) -> int:
+    """Watch already-started children (pid, name) with the same stop order and exit rule as ``supervise``."""
+    kids = Children(children)
+    kids.stop_on_signals()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a stop that came during execv arrives here
-    while not stopping:
-        reap()
-        for pid, name in children:
-            if pid in exited:
-                print(f"supervise: {name} exited with {exited[pid]}", flush=True)
-                stop()
-                return exited[pid] or 1
+    while not kids.stopping:
+        ended = kids.ended()
+        if ended is not None:
+            return kids.exit_code_after(*ended)
         time.sleep(0.5)
-    reap()
+    kids.reap()
     return 0
 
 
