@@ -3,7 +3,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Lab", "__version__"]
+__all__ = ["Lab", "lease", "__version__"]
 
 
 def __getattr__(name: str):  # lazy, so `envctl --help` does not import Docker wrappers
@@ -11,4 +11,8 @@ def __getattr__(name: str):  # lazy, so `envctl --help` does not import Docker w
         from envctl.lab import Lab
 
         return Lab
+    if name == "lease":
+        from envctl.leases import lease
+
+        return lease
     raise AttributeError(name)

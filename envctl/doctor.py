@@ -24,19 +24,23 @@ def _gb(n: float) -> str:
 
 def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
                bind: str = "127.0.0.1") -> dict[str, Any]:
-    from envctl.provision.ports import port_bindable
-    from envctl.provision import docker as dk
+    from envctl import backends
+    from envctl.backends.base import InstanceSettings
+    from envctl.instance import Instance
 
     names = [n for n in catalog.resolve(sites) if flavor in catalog.site(n).flavors]
     checks = []
     root = "/var/lib/docker"
     engine_ok = False
+    backend = backends.get()
+    probe = Instance(catalog, InstanceSettings("doctor", flavor, bind=bind, port_offset=port_offset, backend=backend.kind),
+                     backend=backend)
     try:
-        info = dk.engine_info()
+        info = backend.info()
         engine_ok = True
-        root = info["docker_root_dir"]
+        root = str(info["docker_root_dir"])
         checks.append(_check("docker engine", "ok", f"server {info['server_version']}, {info['ncpu']} CPUs"))
-        drv = info["storage_driver"]
+        drv = str(info["storage_driver"])
         checks.append(_check("storage driver", "ok" if drv in ("overlay2", "overlayfs") else "warn", drv,
                              None if drv in ("overlay2", "overlayfs") else "use overlay2 for fast container starts and commits"))
     except EnvctlError as exc:
@@ -49,10 +53,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
         for a in site.flavors[flavor].artifacts:
             need_disk += (a.loaded_size or a.size or 0)
         if engine_ok:
-            for svc in site.services_for(flavor):
-                img = site.services[svc].flavors[flavor].image
-                if img not in missing_images and not dk.image_exists(img):
-                    missing_images.append(img)
+            missing_images += [img for _, img, _ in probe.missing_images([n]) if img not in missing_images]
     probe_dir = root if os.path.exists(root) else "/"
     free = shutil.disk_usage(probe_dir).free
     if flavor == "full":
@@ -83,17 +84,13 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     busy = []
     owned: set[int] = set()
     if engine_ok:
-        for c in dk.containers(role="proxy"):
-            got = dk.seen(c)
-            owned |= {int(p) for p in (got[1] if got else {}).get("envctl.ports", "").split(",") if p}
-    for n in names:
-        site = catalog.site(n)
-        for svc, p in site.public_ports().items():
-            if flavor not in site.services[svc].flavors:
-                continue
-            port = p + port_offset
-            if port not in owned and not port_bindable(bind, port):
-                busy.append(f"{port} ({n})")
+        for _, _, ports in Instance.listed(backend):
+            owned |= set(ports)  # an envctl instance's own: its next 'up' reuses them
+    wanted = {p + port_offset: n for n in names for svc, p in catalog.site(n).public_ports().items()
+              if flavor in catalog.site(n).services[svc].flavors}
+    if engine_ok:
+        problems = probe.port_problems(sorted(set(wanted) - owned))
+        busy = [f"{port} ({wanted[port]})" for port in sorted(problems)]
     checks.append(_check("ports", "fail" if busy else "ok",
                          f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",
                          "stop what holds them, or pass --port-offset N" if busy else None))

@@ -46,10 +46,13 @@ class UnknownSite(UsageError, KeyError):
 
 
 class EngineUnavailable(EnvctlError):
-    def __init__(self, detail: str = "") -> None:
+    """The Docker engine (or a swarm node's) is down, unreachable or does not answer in time."""
+
+    def __init__(self, detail: str = "", hint: str | None = None) -> None:
         super().__init__(
             "Docker engine is not reachable" + (f" ({detail})" if detail else ""),
-            "start it with 'sudo scripts/docker-engine.sh' (or 'sudo systemctl start docker')",
+            hint or ("start it with 'sudo scripts/docker-engine.sh' (or 'sudo systemctl start docker'); a daemon "
+                     "that stopped answering is restarted with 'sudo systemctl restart docker'"),
         )
 
 

@@ -9,8 +9,9 @@ A harness can use it directly between episodes::
     lab.reset(["shopping"])
     lab.down()
 
-The work is done below: :mod:`envctl.instance` (one running instance: routing table, copies,
-probes), :mod:`envctl.state` (reset tiers, spares, snapshots), :mod:`envctl.auth` (login state).
+The work is done below: :mod:`envctl.instance` (one instance: routing table, copies, probes; the only
+user of the backend), :mod:`envctl.state` (bring-up, reset tiers, ready copies, snapshots),
+:mod:`envctl.auth` (login state). Leasing isolated instances from a pool is :func:`envctl.leases.lease`.
 """
 from __future__ import annotations
 
@@ -22,44 +23,41 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from envctl import backends
 from envctl.auth import Report, Target, check, login_sites
 from envctl.auth import login as log_in
+from envctl.backends.base import InstanceSettings
 from envctl.catalog import Catalog, Renderer, load_catalog
-from envctl.errors import DockerError, EnvctlError, ImageMissing, NoBrowser, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp, UsageError
-from envctl.healthchecks.fingerprint import Fingerprint
+from envctl.errors import (DockerError, EnvctlError, ImageMissing, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp,
+                           UsageError)
 from envctl.healthchecks.probes import ProbeResult
-from envctl.healthchecks.wait import Cancelled, wait_for
+from envctl.healthchecks.wait import wait_for
 from envctl.images.build import PROXY_IMAGE, build as build_image, proxy_build
-from envctl.instance import Instance, Progress, _noop, network_name, read_settings
-from envctl.locks import Busy, locked
+from envctl.instance import Instance, Progress, _noop, find_settings, measure
+from envctl.locks import locked
 from envctl.paths import data_dir, executable_file, usable_dir
-from envctl.provision import docker as dk
-from envctl.provision import proxy
-from envctl.provision.local import Copy, InstanceSettings
-from envctl.provision.ports import port_bindable, port_holder
-from envctl.state import capacity
-from envctl.state import reset as resets
-from envctl.state import snapshots
-from envctl.state import warm as warm_mod
+from envctl.routing.table import GOLDEN, snapshot_source
 from envctl.smoke import SmokeResult, TaskResult, load_task_set, run_smoke
 from envctl.smoke.judge import Judge
-from envctl.state.reset import Logins, ResetResult, VerifyResult
+from envctl.state import capacity, ready, snapshots, tiers
+from envctl.state import logins as login_state
+from envctl.state.logins import Logins
+from envctl.state.restore import restore as restore_snapshot
+from envctl.state.tiers import ResetResult, VerifyResult
+from envctl.state.up import SiteResult, ensure_site, spares_wanted
 from envctl.validate import env_value, validate_duration, validate_host, validate_instance_name, validate_port_offset
+
+
+TIERS: tuple[str, ...] = tuple(tiers.TIERS)  # the reset tiers envctl has ('envctl reset --tier')
+
+
+def engine_memory() -> Any:
+    """What every envctl copy on the backend uses, measured (``envctl plan``): :func:`envctl.instance.measure`."""
+    return measure()
 
 
 def _asdict(obj: Any) -> dict[str, Any]:
     return asdict(obj)
-
-
-@dataclass
-class SiteResult:
-    site: str
-    ok: bool
-    action: str  # created | kept | repaired | failed | interrupted
-    url: str
-    timings: dict[str, float] = field(default_factory=dict)
-    error: str = ""
-    probes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,7 +86,7 @@ class ContainerStatus:
     name: str
     service: str
     slot: str
-    role: str  # active | spare | booting
+    role: str  # active | spare | warm | booting
     state: str
     image: str
     golden: str | None
@@ -118,6 +116,8 @@ class Status:
     sites: list[SiteStatus]
     running: bool = True
     lease: dict[str, Any] = field(default_factory=dict)  # pool, state, holder, sites, expires (a pool member)
+    backend: str = "local"
+    where: str = ""  # the node it runs on (swarm), '' on this machine
 
     @property
     def healthy(self) -> bool:
@@ -166,13 +166,16 @@ class InstanceInfo:
     sites: list[str]
     webarena: dict[str, str]
     visualwebarena: dict[str, str]
+    backend: str = "local"
+    node: str = ""
+    ports: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return _asdict(self)
 
 
 class Lab:
-    """One envctl instance on the local Docker engine (it need not be running yet)."""
+    """One envctl instance (it need not be running yet), on the backend ``$ENVCTL_BACKEND`` names."""
 
     def __init__(self, catalog: Catalog | None = None, *, catalog_path: str | None = None,
                  instance: str = "default", auth_dir: str | Path | None = None) -> None:
@@ -188,7 +191,7 @@ class Lab:
     # -- the running instance ------------------------------------------------------------------
     def settings(self) -> InstanceSettings | None:
         """The running instance's settings (from labels), or None if it does not exist."""
-        return read_settings(self.instance)
+        return find_settings(self.instance)
 
     def find(self) -> Instance | None:
         return Instance.find(self.catalog, self.instance, cancel=self.cancel)
@@ -210,8 +213,8 @@ class Lab:
                          port_offset: int | None) -> InstanceSettings:
         current = self.settings()
         if current is None:
-            return InstanceSettings(self.instance, flavor or "full", public_host or "127.0.0.1", bind or "127.0.0.1",
-                                    port_offset or 0, "http", str(data_dir(flavor or "full")))
+            return InstanceSettings(self.instance, flavor or "full", public_host or "", bind or "127.0.0.1",
+                                    port_offset or 0, "http", str(data_dir(flavor or "full")), backends.default_kind())
         wanted = {"flavor": flavor, "public_host": public_host, "bind": bind, "port_offset": port_offset}
         clash = [f"{k}={getattr(current, k)}" for k, v in wanted.items() if v is not None and v != getattr(current, k)]
         if clash:
@@ -219,22 +222,17 @@ class Lab:
                              f"run 'envctl down --instance {self.instance}' first, or use another --instance")
         return current
 
-    def _check_ports(self, sites: list[str], settings: InstanceSettings) -> list[int]:
-        d = settings.deployment
-        owned = set(proxy.published_ports(self.instance))
+    def _check_ports(self, sites: list[str], inst: Instance) -> list[int]:
+        d = inst.settings.deployment
         ports = {d.port(p) for s in sites for svc, p in self.catalog.site(s).public_ports().items()
-                 if settings.flavor in self.catalog.site(s).services[svc].flavors}
-        # Docker's own allocations too: a container that fails to publish can leave a stale endpoint
-        # behind in the network (an engine bug), so a clash must be refused before anything is made.
-        published = dk.published_host_ports()
-        for port in sorted(ports):
-            if port not in owned and (not port_bindable(settings.bind, port) or port in published):
-                raise PortInUse(f"port {port} on {settings.bind} is in use by {port_holder(port)}",
-                                "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
-        return sorted(ports | owned)
+                 if inst.flavor in self.catalog.site(s).services[svc].flavors}
+        for port, holder in inst.port_problems(sorted(ports)).items():
+            raise PortInUse(f"port {port} on {inst.settings.bind} is in use by {holder}",
+                            "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
+        return sorted(ports | set(inst.proxy_ports()))
 
     def _check_images(self, sites: list[str], inst: Instance) -> None:
-        missing = inst.backend.missing_images(sites)
+        missing = inst.missing_images(sites)
         if not missing:
             return
         names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
@@ -245,24 +243,17 @@ class Lab:
             hint = f"get them with 'envctl images get{flavor} " + " ".join(sorted({s for s, _, _ in missing})) + "'"
         raise ImageMissing(f"missing images: {names}", hint)
 
-    def _ensure_proxy(self, settings: InstanceSettings, ports: list[int], progress: Progress) -> None:
-        labels = settings.labels()
-        net = network_name(self.instance)
-        existed = net in dk.networks(instance=self.instance)
-        dk.ensure_network(net, labels)
-        c = dk.inspect(proxy.proxy_name(self.instance))
-        if c is not None and c.state.running and set(ports) <= set(proxy.published_ports(self.instance)) \
-                and proxy.controlled(c):  # an older proxy without the control service is replaced
-            return
-        table = proxy.read_state(self.instance) if c is not None and c.state.running else None
-        progress("*", "proxy", f"front proxy on {settings.bind}: ports {', '.join(map(str, ports))}")
+    def _ensure_proxy(self, inst: Instance, ports: list[int], existed: bool, progress: Progress) -> None:
         try:
-            if not dk.image_exists(PROXY_IMAGE):
+            if not inst.image_exists(PROXY_IMAGE):
                 build_image(proxy_build())
-            proxy.create(self.instance, net, settings.bind, ports, labels, table, image=PROXY_IMAGE)
+                inst.distribute([PROXY_IMAGE])
+            if inst.ensure_proxy(ports, PROXY_IMAGE):
+                progress("*", "proxy", f"front proxy on {inst.settings.bind}: ports {', '.join(map(str, ports))}"
+                         + (f" ({inst.where()})" if inst.where() else ""))
         except BaseException:
             if not existed:
-                dk.remove_network(net)  # a refused 'up' of a new instance leaves nothing behind
+                inst.remove_network()  # a refused 'up' of a new instance leaves nothing behind
             raise
 
     def up(self, sites: list[str] | None = None, *, all_sites: bool = False, flavor: str | None = None,
@@ -281,7 +272,7 @@ class Lab:
                 validate_host(value, what)
         if port_offset is not None:
             validate_port_offset(port_offset, [p for n in names for p in self.catalog.site(n).public_ports().values()])
-        dk.engine_info()
+        backends.get().engine_check()
         with locked(f"instance.{self.instance}"):
             settings = self._settings_for_up(flavor, public_host, bind, port_offset)
             self.catalog.require_flavor(sites if sites and not all_sites else (), settings.flavor)
@@ -291,10 +282,15 @@ class Lab:
                 raise UsageError(f"no site asked for has the flavor '{settings.flavor}'", "see 'envctl sites list'")
             for n in lacking:  # --all or a dependency: the sites this flavor does not have are left out, and said so
                 progress(n, "skip", f"no {settings.flavor} flavor: left out (see 'envctl sites show {n}')")
-            inst = Instance(self.catalog, settings, cancel=self.cancel)
-            self._check_images(names, inst)
-            ports = self._check_ports(names, settings)
-            self._ensure_proxy(settings, ports, progress)
+            self._check_images(names, Instance(self.catalog, settings, cancel=self.cancel))
+            inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel)
+            try:
+                ports = self._check_ports(names, inst)
+            except BaseException:
+                if not existed:
+                    inst.remove_network()
+                raise
+            self._ensure_proxy(inst, ports, existed, progress)
             done: dict[str, threading.Event] = {n: threading.Event() for n in names}
 
             def one(name: str) -> SiteResult:
@@ -302,7 +298,7 @@ class Lab:
                     if dep in done:
                         done[dep].wait()
                 try:
-                    return self._ensure_site(inst, name, wait=wait, progress=progress)
+                    return ensure_site(inst, name, wait=wait, progress=progress)
                 finally:
                     done[name].set()
 
@@ -317,16 +313,12 @@ class Lab:
         if login and result.ok and wait:
             result.login_files = self._seed_logins([s.site for s in result.sites], progress)
             result.login_error = self.login_error
-        want, planned = self._spares_wanted(inst, names, spares)
+        want, planned = spares_wanted(inst, names, spares)
         if want:
-            # Spares are booted by a detached process: 'up' returns when the active copies are healthy.
-            with inst.routing() as table:
-                table.wanted.update(want)
-                for n in want:  # the plan's sites are re-planned by replenishers; '--spares K' sites are not
-                    if n in planned:
-                        table.planned[n] = planned[n]
-                    else:
-                        table.planned.pop(n, None)
+            # Spares are booted by a detached worker: 'up' returns when the active copies are healthy. The plan's
+            # sites are re-planned by the worker; '--spares K' sites are not.
+            for n, k in want.items():
+                inst.want_ready(n, GOLDEN, k, planned=planned.get(n))
             result.spares = want
             result.spares_short = {n: e["why"] for n, e in planned.items() if e["why"]}
             for why in result.spares_short.values():
@@ -335,119 +327,8 @@ class Lab:
             if boot and result.ok:
                 progress("*", "spares", "booting spares in the background: "
                          + ", ".join(f"{n} {want[n]}" for n in boot))
-                resets.spawn_replenish(inst, self.logins, boot)
+                ready.spawn(inst, self.logins, boot)
         return result
-
-    def _spares_wanted(self, inst: Instance, names: list[str],
-                       spares: int | None) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
-        """Spares per site this 'up' sets: ``--spares K`` for every spare-tier site; without it, what the
-        capacity plan grants the sites that have no setting yet, or that it gave fewer than they want
-        (planned again: memory may have freed up). The plan counts what copies really use (measured on
-        the engine, × a margin, capped by the limits), here and in the other instances on the engine.
-        Returns (spares, the plan's outcome for the sites it decided: {"wanted", "why"})."""
-        spare_sites = [n for n in names if self.catalog.site(n).reset.tier == "spare"]
-        if spares is not None:
-            return {n: spares for n in spare_sites}, {}
-        table = inst.table()
-        fresh = [n for n in spare_sites if n not in table.wanted or capacity.short(table, n)]
-        if not fresh:
-            return {}, {}
-        up = inst.sites_up(table)
-        fixed = {n: table.wanted.get(n, 0) for n in up if n not in fresh}
-        p = capacity.plan_spares(inst, up, fixed=fixed, at_least={n: table.wanted.get(n, 0) for n in fresh})
-        planned: dict[str, dict[str, Any]] = {}
-        capacity.record(planned, p, [n for n in fresh if n in up])
-        granted = p.spares()
-        return {n: granted.get(n, 0) for n in fresh}, planned
-
-    def _ensure_site(self, inst: Instance, name: str, *, wait: bool, progress: Progress) -> SiteResult:
-        site = self.catalog.site(name)
-        url = inst.settings.deployment.url(site) + site.url_path
-        timings: dict[str, float] = {}
-        action = "created"
-        fresh = booted = False  # booted: a new copy made here (else the running one, repaired in place)
-        try:
-            table = inst.table()
-            active = inst.active_copy(name, table)
-            if active is None and table.active.get(name):
-                action = "repaired"  # routed before, but its containers are gone
-                progress(name, "repair", "the active copy's containers are gone; recreating the site")
-            expected = set(site.services_for(inst.flavor))
-            copy: Copy
-            if active is not None and active.running() and set(active.containers) == expected:
-                progress(name, "check", "running; checking health")
-                ok, results = inst.probe(name)
-                if ok:
-                    progress(name, "healthy", "already healthy")
-                    return SiteResult(name, True, "kept", url, timings, probes=[r.to_dict() for r in results])
-                action = "repaired"
-                copy = active  # running but unhealthy: configure again (idempotent) and wait
-                inst.backend.configure(copy, progress=progress)
-            else:
-                if active is not None:
-                    action = "repaired"
-                    progress(name, "repair", "a container is missing or stopped; recreating the site")
-                    inst.backend.remove_copy(active)
-                # Leftovers of an interrupted run that never got routed are not worth keeping. Ready spares
-                # and warm copies are kept, and so is a spare a replenisher is booting right now: it holds
-                # the site's spare lock (and removes leftovers itself when it is done).
-                try:
-                    with locked(f"spare.{inst.name}.{name}", wait=False):
-                        inst.remove_strays(name, inst.table())
-                except Busy:
-                    pass
-                images, golden = snapshots.golden_images(inst, name)
-                with locked(inst.boot_lock(name)):  # a replenisher's cleanup leaves it alone until routed
-                    copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress,
-                                          timings=timings)
-                    with inst.routing() as table:
-                        inst.route(table, copy)
-                booted = True
-                fresh = not golden  # configured here: pristine, without the in-place tier's saved state
-            if not booted:
-                with inst.routing() as table:
-                    inst.route(table, copy)
-                    # a copy that ran before, restarted alone, may have a new address
-                    moved = proxy.refresh(inst.name, table, [c.name for c in copy.containers.values()])
-                    if moved:
-                        progress(name, "repair", f"the proxy routes {', '.join(moved)} at its new address")
-            if not wait:
-                return SiteResult(name, True, action, url, timings)
-            t = time.monotonic()
-            progress(name, "wait", "waiting for health probes")
-            results = inst.wait_healthy(copy, check=lambda: inst.probe(name))
-            timings["healthy"] = time.monotonic() - t
-            self._record_pristine(inst, copy, fresh=fresh, booted=booted)
-            if fresh:
-                t = time.monotonic()
-                if inst.save_inplace(copy, progress):
-                    timings["save"] = time.monotonic() - t
-            progress(name, "healthy", f"healthy at {url}")
-            return SiteResult(name, True, action, url, timings, probes=[r.to_dict() for r in results])
-        except Cancelled:
-            return SiteResult(name, False, "interrupted", url, timings, "interrupted; run 'envctl up' again to finish")
-        except EnvctlError as exc:
-            progress(name, "failed", str(exc).splitlines()[0])
-            return SiteResult(name, False, "failed", url, timings, str(exc))
-
-    @staticmethod
-    def _record_pristine(inst: Instance, copy: Copy, *, fresh: bool, booted: bool) -> None:
-        """Record what 'pristine' means for ``copy``'s site after 'up' made or repaired it.
-
-        A fresh configured copy (no golden), fingerprinted before any login, defines it. A copy booted
-        from a golden image takes the golden's own label. A copy that ran before (repaired in place)
-        may have been written to: it never defines pristine, whatever it was booted from."""
-        site = copy.site
-        fp: Fingerprint | None = None
-        if fresh:
-            fp = inst.fingerprint(copy)
-        elif copy.golden and not copy.golden.startswith("snapshot:"):
-            fp = snapshots.golden_fingerprint(inst, site, copy.golden)
-            if fp is None and booted and site not in inst.table().pristine:
-                fp = inst.fingerprint(copy)  # an unlabelled golden: the copy just booted from it is its state
-        if fp is not None:
-            with inst.routing() as table:
-                table.pristine[site] = fp.to_json()
 
     # -- login state -----------------------------------------------------------------------------
     def login(self, sites: list[str] | None = None, *, out: str | Path | None = None,
@@ -505,7 +386,7 @@ class Lab:
         return [n for n in self.catalog.resolve(sites, all_sites=all_sites or not sites) if n in up]
 
     def reset(self, sites: list[str] | None = None, *, all_sites: bool = False, tier: str | None = None,
-              wait: bool = True, progress: Progress = _noop, replenish_async: bool = True) -> list[ResetResult]:
+              wait: bool = True, progress: Progress = _noop, refill: bool = True) -> list[ResetResult]:
         """Reset sites to their pristine state (fastest tier first), each ending verified."""
         if sites:
             self.catalog.resolve(sites)  # a typo is a usage error before anything else
@@ -515,34 +396,37 @@ class Lab:
         # made once every site has its final copy, not while the partner is being swapped.
         defer = sum(1 for n in names if self.catalog.site(n).login) > 1
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            futures = [pool.submit(resets.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
-                                   replenish_async=replenish_async, defer_login=defer) for n in names]
+            futures = [pool.submit(tiers.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
+                                   refill=refill, defer_login=defer) for n in names]
             results = [f.result() for f in futures]
-        renew = [r.site for r in results
-                 if r.ok and r.tier in ("recreate", "spare", "inplace") and self.catalog.site(r.site).login]
+        renew = [r.site for r in results if r.ok and tiers.renews_login(r.tier) and self.catalog.site(r.site).login]
         if defer and renew:
             t = time.monotonic()
             progress("*", "login", "renewing the login files of " + ", ".join(renew))
-            try:
-                resets.login(inst, self.logins, renew)
-            except NoBrowser as exc:  # a machine without a browser (a lab host): the sites are pristine anyway
-                for r in results:
-                    if r.site in renew:
-                        r.note = f"login files not renewed: {str(exc).splitlines()[0]}"
+            note = login_state.renew_or_note(inst, self.logins, renew)
             for r in results:
                 if r.site in renew:
                     r.phases["login"] = time.monotonic() - t
+                    r.note = note or r.note
         return results
 
+    def refill(self, sites: list[str], progress: Progress = _noop) -> list[str]:
+        """Remove dirty copies and boot the ready copies ``sites`` keep, retrying what a crowded host makes late
+        (what the detached worker runs); the sites that got nothing."""
+        return ready.refill_retrying(self.running(), self.logins, sites, progress)
+
     def verify(self, site: str) -> VerifyResult:
-        return resets.verify(self.running(), site)
+        return tiers.verify(self.running(), site)
 
     def replenish(self, site: str, want: int | None = None, progress: Progress = _noop, *,
                   wait: bool = True) -> list[str]:
         """Boot spares of ``site`` until ``want`` (default: the instance's setting) are ready; returns the
-        slots booted. A background replenisher already at work is waited for (``wait=False``: return at once)."""
+        slots booted. A worker already at it is waited for (``wait=False``: return at once)."""
         self.catalog.site(site)
-        return resets.replenish(self.running(), self.logins, site, want, progress, wait=wait)
+        inst = self.running()
+        if want is not None:  # an explicit number is the new setting ('--spares K'): the plan no longer decides
+            inst.want_ready(site, GOLDEN, want)
+        return ready.refill(inst, self.logins, site, progress, wait=wait, sources=[GOLDEN])
 
     def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop, *, warm: bool = False,
                         clean_stop: bool = False) -> SnapshotResult:
@@ -560,12 +444,12 @@ class Lab:
         t = time.monotonic()
         timings: dict[str, float] = {}
         method, attempts, note = "stop", 1, ""
-        with locked(f"reset.{self.instance}.{site}"):
+        with locked(inst.reset_lock(site)):
             copy = inst.active_copy(site, inst.table())
             if copy is None:
                 raise SiteNotUp(site, self.instance)
-            if snapshots.thaw(inst, copy):
-                progress(site, "snapshot", "unpaused containers a killed capture had left frozen")
+            if inst.thaw_leftovers(copy):
+                progress(site, "snapshot", "unpaused members a killed capture had left frozen")
             if name == "golden":
                 tf = time.monotonic()
                 fp = inst.fingerprint(copy)
@@ -577,31 +461,31 @@ class Lab:
                     timings["save"] = time.monotonic() - tf
                 progress(site, "snapshot", "clean stop, commit, start")
                 tf = time.monotonic()
-                key = snapshots.commit_golden(inst, copy, fp)
+                copy = snapshots.commit_golden(inst, copy, fp)
                 timings["stop_commit_start"] = time.monotonic() - tf
-                tags = snapshots.golden_tags(inst, site, key)
-                with inst.routing() as table:
-                    table.pristine[site] = fp.to_json()
-                inst.wait_healthy(copy, progress, check=lambda: inst.probe(site))
+                tags = snapshots.golden_tags(inst, site)
+                inst.set_pristine(site, fp)
+                inst.wait_healthy(copy, progress, public=True)
             else:
                 cap = snapshots.capture_live(inst, copy, name, progress, clean_stop=clean_stop)
                 tags, fp, method, attempts, note = cap.tags, cap.fingerprint, cap.method, cap.attempts, cap.note
                 timings.update(cap.timings)
                 if method == "stop":
-                    inst.wait_healthy(copy, progress, check=lambda: inst.probe(site))
-                warm_mod.stash_logins(self.logins, site, name)
+                    inst.wait_healthy(copy, progress, public=True)
+                login_state.stash(self.logins, site, name)
             timings["capture"] = time.monotonic() - t
         slots: list[str] = []
         if name != "golden":
             # warm copies booted from the images this snapshot replaces are stale
-            stale = warm_mod.drop(inst, site, name)
+            source = snapshot_source(name)
+            stale = ready.drop(inst, self.logins, site, source)
             if stale:
                 progress(site, "warm", f"removed {len(stale)} warm copies of the replaced snapshot")
             if warm:
                 tw = time.monotonic()
-                warm_mod.want(inst, site, name)
-                warm_mod.replenish(inst, self.logins, site, progress)
-                slots = inst.table().warm.get(site, {}).get(name, [])
+                inst.want_ready(site, source, 1)
+                ready.refill(inst, self.logins, site, progress, wait=True, sources=[source])
+                slots = [r.slot for r in inst.table().ready.of(site, source)]
                 timings["warm"] = time.monotonic() - tw
                 if not slots:
                     raise ResetFailed(f"{site}: no warm copy of '{name}' became ready",
@@ -617,33 +501,33 @@ class Lab:
         snapshots.validate_name(name)
         inst = self.running()
         tags = snapshots.snapshot_tags(inst, site, name)
-        if not all(dk.image_exists(t) for t in tags.values()):
+        if not snapshots.exists(inst, tags):
             raise UsageError(f"no snapshot '{name}' of {site} in instance '{self.instance}'", "see 'envctl snapshot list'")
         t = time.monotonic()
-        res = warm_mod.restore(inst, self.logins, site, name, progress, background=background)
+        res = restore_snapshot(inst, self.logins, site, name, progress, background=background)
         return SnapshotResult(site, name, tags, res.fingerprint, round(time.monotonic() - t, 3),
                               {k: round(v, 3) for k, v in res.phases.items()}, "warm" if res.warm else "cold",
                               warm=[res.copy.slot] if res.warm else [], login=res.login)
 
-    def snapshot_warm(self, site: str, progress: Progress = _noop) -> list[str]:
-        """Remove replaced copies of ``site`` and boot the warm copies its snapshots want; the new slots."""
-        return warm_mod.replenish(self.running(), self.logins, site, progress)
+    def _images_of(self) -> Instance:
+        """The instance, running or not (goldens and snapshots outlive it): what lists and removes their images."""
+        return self.find() or Instance(self.catalog, InstanceSettings(self.instance), cancel=self.cancel)
 
     def snapshots(self, site: str | None = None) -> list[snapshots.SnapshotInfo]:
-        return snapshots.list_snapshots(self.instance, site)
+        return snapshots.list_snapshots(self._images_of(), site)
 
     def snapshot_remove(self, name: str, site: str | None = None) -> list[str]:
         """Remove a named snapshot's images, its warm copies and the login files kept with it."""
         snapshots.validate_name(name)  # as create and restore do, before the engine is asked
         inst = self.find()
-        if inst is not None:
+        if inst is not None and inst.has_table():
             table = inst.table()
-            for s in [site] if site else list(table.warm):
-                if name in table.warm.get(s, {}):
-                    warm_mod.drop(inst, s, name)
-        removed = snapshots.remove_snapshot(self.instance, name, site)
+            for s in [site] if site else list(table.ready.slots) + list(table.ready.wanted):
+                if snapshot_source(name) in table.ready.sources(s):
+                    ready.drop(inst, self.logins, s, snapshot_source(name))
+        removed = snapshots.remove_snapshot(self._images_of(), name, site)
         for s in [site] if site else list(self.catalog.sites):
-            warm_mod.drop_stash(self.logins, s, name)
+            login_state.drop_stash(self.logins, s, name)
         return removed
 
     # -- smoke suite -----------------------------------------------------------------------------
@@ -700,77 +584,55 @@ class Lab:
     def status(self) -> Status:
         inst = self.running()
         table = inst.table()
-        copies = inst.backend.copies()
+        copies = inst.copies()
         rows = []
         for site_name in self.catalog.sites:
             slots = [slot for (s, slot) in copies if s == site_name]
             if not slots:
                 continue
             site = self.catalog.site(site_name)
-            active_slot = table.active.get(site_name)
+            active_slot = table.routes.active.get(site_name)
             ok, probes = inst.probe(site_name) if active_slot and (site_name, active_slot) in copies else (False, [])
             containers = []
             for slot in slots:
                 cp = copies[(site_name, slot)]
-                role = ("active" if slot == active_slot else
-                        "spare" if slot in table.spares.get(site_name, []) else
-                        "warm" if slot in table.warm_slots(site_name) else "booting")
-                for svc, c in cp.containers.items():
-                    try:
-                        containers.append(ContainerStatus(c.name, svc, slot, role, c.state.status or "",
-                                                          dk.label(c, "image"), dk.label(c, "golden") or None,
-                                                          round(time.time() - float(dk.label(c, "created", "0")), 1)))
-                    except dk.NoSuchContainer:
-                        continue  # removed since the listing (a replenisher's cleanup)
-            planned = table.planned.get(site_name) or {}
+                source = table.ready.source_of(site_name, slot)
+                role = ("active" if slot == active_slot else "booting" if source is None else
+                        "spare" if source == GOLDEN else "warm")
+                for svc, m in cp.members.items():
+                    containers.append(ContainerStatus(m.name, svc, slot, role, m.status, m.label("image"),
+                                                      m.label("golden") or None,
+                                                      round(time.time() - float(m.label("created", "0")), 1)))
+            planned = table.ready.planned.get(site_name) or {}
             note = str(planned.get("why") or "") if capacity.short(table, site_name) else ""
             rows.append(SiteStatus(site_name, inst.settings.deployment.url(site) + site.url_path, inst.flavor, ok,
-                                   [p.to_dict() for p in probes], containers, len(table.spares.get(site_name, [])),
-                                   int(planned.get("wanted", table.wanted.get(site_name, 0))), note))
+                                   [p.to_dict() for p in probes], containers, len(table.ready.spares(site_name)),
+                                   int(planned.get("wanted", table.ready.want(site_name, GOLDEN))), note))
         s = inst.settings
-        lease: dict[str, Any] = {k: table.lease[k] for k in ("pool", "state", "holder", "sites", "expires", "max_seconds")
-                 if k in table.lease}
-        if table.lease.get("id"):
-            lease["id"] = str(table.lease["id"])[:8] + "…"  # enough to tell leases apart; the id releases it
-        return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows, lease=lease)
+        rec = table.lease.data
+        lease: dict[str, Any] = {k: rec[k] for k in ("pool", "state", "holder", "sites", "expires", "max_seconds")
+                                 if k in rec}
+        if rec.get("id"):
+            lease["id"] = str(rec["id"])[:8] + "…"  # enough to tell leases apart; the id releases it
+        return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows, lease=lease,
+                      backend=s.backend, where=inst.where())
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, sites: list[str] | None = None, *, volumes: bool = False) -> DownResult:
         """Remove exactly what envctl made for this instance (by label); all of it when no site is named."""
-        dk.engine_info()
-        removed: list[str] = []
-        kept: list[str] = []
-        pname = proxy.proxy_name(self.instance)
+        backends.get().engine_check()
         names = self.catalog.resolve(sites) if sites else None
-        resets.stop_replenishers(self.instance, names)  # a spare booting in the background would appear later
-        warm_mod.stop_warmers(self.instance, names)  # so would a warm copy of a snapshot
+        ready.stop_workers(self.instance, names)  # a ready copy booting in the background would appear later
         with locked(f"instance.{self.instance}"):
-            for c in dk.containers(instance=self.instance):
-                got = dk.seen(c)  # None: removed meanwhile (a replenisher's stray cleanup)
-                if got and got[0] != pname and (names is None or got[1].get("envctl.site") in names):
-                    removed.append(got[0])
-            dk.remove(removed, volumes=True)
-            if names is None:
-                if dk.inspect(pname) is not None:
-                    removed.append(pname)
-                proxy.remove(self.instance)
-                if not dk.remove_network(network_name(self.instance)):
-                    kept.append(network_name(self.instance))
-            else:
-                inst = self.find()
-                table = proxy.read_state(self.instance)
-                if inst is not None and table is not None:
-                    for n in names:
-                        table.active.pop(n, None)
-                        table.spares.pop(n, None)
-                        table.warm.pop(n, None)  # its warm copies are among the containers removed above
-                        for port in self.catalog.site(n).public_ports().values():
-                            table.routes.pop(str(inst.settings.deployment.port(port)), None)
-                    proxy.apply(self.instance, table, table.ports or None)
+            inst = self.find()
+            if inst is None:
+                return DownResult(self.instance, [], [])
+            gone = inst.remove_all(names)
+            removed = [n for n in gone if not n.startswith("kept:")]
+            kept = [n[len("kept:"):] for n in gone if n.startswith("kept:")]
             if volumes:
-                vols = (dk.volumes(instance=self.instance) if names is None else
-                        [v for n in names for v in dk.volumes(instance=self.instance, site=n)])
-                refused = dk.remove_volumes(vols)
+                vols = inst.volumes() if names is None else [v for n in names for v in inst.volumes(n)]
+                refused = inst.remove_volumes(vols)
                 if refused:
                     raise DockerError(
                         "down: could not remove volume" + ("s" if len(refused) > 1 else "") + " "
@@ -778,7 +640,86 @@ class Lab:
                         + f"; the rest of instance '{self.instance}' is removed",
                         "see what still uses it with 'docker ps -a --filter volume=" + sorted(refused)[0]
                         + f"', remove that container, then run 'envctl down --volumes --instance {self.instance}' again")
-        return DownResult(self.instance, sorted(set(removed)), kept)
+        return DownResult(self.instance, removed, kept)
+
+    # -- what a lease pool asks of its members (envctl.leases) ---------------------------------------
+    def lease_record(self) -> dict[str, Any]:
+        """The instance's lease record (kept in its routing table: the engine, not a process, knows who holds it)."""
+        return self.running().lease_record()
+
+    def write_lease(self, update: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+        """Read-modify-write the lease record (``update`` returns the new one, None to keep it, or raises)."""
+        return self.running().write_lease(update)
+
+    def probe_site(self, site: str) -> tuple[bool, str]:
+        """(healthy, why not) of ``site`` on its public URL."""
+        ok, results = self.running().probe(site)
+        if ok:
+            return True, ""
+        bad = next(r for r in results if not r.ok)
+        return False, f"{bad.name}: {bad.detail or bad.status}"
+
+    def problems(self, sites: list[str]) -> list[str]:
+        """Why ``sites`` are not healthy ([] when they are)."""
+        return [f"{s}: probe {why}" for s in sites for ok, why in [self.probe_site(s)] if not ok]
+
+    def not_pristine(self, sites: list[str]) -> dict[str, str]:
+        """Site -> why it does not verify pristine, for those of ``sites`` that do not (one pass, side by side)."""
+        if not sites:
+            return {}
+
+        def one(site: str) -> tuple[str, str]:
+            try:
+                v = self.verify(site)
+                return site, "" if v.ok else "; ".join(v.differences[:2]) or "fingerprint differs"
+            except EnvctlError as exc:
+                return site, str(exc).splitlines()[0]
+
+        with ThreadPoolExecutor(max_workers=len(sites)) as ex:
+            return {s: why for s, why in ex.map(one, sites) if why}
+
+    def spares_ready(self) -> dict[str, int]:
+        """Site -> ready spares, for the sites that keep spares (or have some)."""
+        table = self.running().table()
+        return {s: len(table.ready.spares(s)) for s in table.sites_up()
+                if table.ready.want(s, GOLDEN) or table.ready.spares(s)}
+
+    def keeps_spares(self) -> bool:
+        """Whether resets should start a refill worker (only when the instance keeps spares)."""
+        try:
+            table = self.running().table()
+        except EnvctlError:
+            return False
+        return any(table.ready.want(s, GOLDEN) > 0 for s in table.ready.wanted)
+
+    def ports_free(self, ports: list[int], bind: str) -> bool:
+        """Whether this instance could publish ``ports`` (absolute) on ``bind`` now."""
+        settings = InstanceSettings(self.instance, bind=bind, backend=backends.default_kind())
+        return not Instance(self.catalog, settings).port_problems(ports)
+
+    def present(self) -> bool:
+        """Whether the instance exists and its routing table can be read."""
+        inst = self.find()
+        return inst is not None and inst.has_table()
+
+    def where(self) -> str:
+        inst = self.find()
+        return inst.where() if inst is not None else ""
+
+    def harness(self, sites: list[str] | None = None, full_reset: str | None = None) -> dict[str, str]:
+        """The environment a harness reads: WebArena's and VisualWebArena's names (WebArena's WIKIPEDIA, the landing
+        URL, wins), BrowserGym's ``WA_*`` / ``VWA_*`` copies, ``WA_FULL_RESET`` / ``VWA_FULL_RESET`` when
+        ``full_reset`` is given; only the variables of ``sites`` when given."""
+        keep = None if sites is None else {k for s in sites for b in ("webarena", "visualwebarena")
+                                           for k in self.catalog.site(s).env.get(b, {})} | {"DATASET"}
+        wa = {k: v for k, v in self.env("webarena").items() if keep is None or k in keep}
+        vwa = {k: v for k, v in self.env("visualwebarena").items() if keep is None or k in keep}
+        out = {**vwa, **wa}
+        out.update({f"WA_{k}": v for k, v in wa.items()})
+        out.update({f"VWA_{k}": v for k, v in vwa.items() if k != "DATASET"})
+        if full_reset:
+            out["WA_FULL_RESET"] = out["VWA_FULL_RESET"] = full_reset
+        return out
 
     # -- env for harnesses ---------------------------------------------------------------------------
     def env(self, benchmark: str = "webarena", settings: InstanceSettings | None = None) -> dict[str, str]:
@@ -797,7 +738,7 @@ class Lab:
         return {k: v.rstrip("/") for k, v in out.items()}
 
     # -- debugging -------------------------------------------------------------------------------
-    def container(self, site: str, service: str | None = None) -> str:
+    def _active(self, site: str, service: str | None) -> tuple[Instance, Any, str]:
         s = self.catalog.site(site)
         svc = s.entry if service is None else service
         if svc not in s.services:
@@ -806,59 +747,40 @@ class Lab:
         copy = inst.active_copy(site, inst.table())
         if copy is None:
             raise SiteNotUp(site, self.instance)
-        if svc not in copy.containers:
+        if svc not in copy.members:
             raise UsageError(f"site '{site}' has no service '{svc}' in flavor {inst.flavor}",
-                             f"services: {', '.join(copy.containers)}")
-        return copy.containers[svc].name
+                             f"services: {', '.join(copy.members)}")
+        return inst, copy, svc
+
+    def container(self, site: str, service: str | None = None) -> str:
+        """The name of the routed copy's member of ``service`` (the site's entry service by default)."""
+        _, copy, svc = self._active(site, service)
+        return str(copy.members[svc].name)
 
     def logs(self, site: str, *, service: str | None = None, tail: int = 100) -> str:
-        return dk.logs(self.container(site, service), tail)
+        inst, copy, svc = self._active(site, service)
+        return inst.logs(copy, svc, tail)
 
     def follow_logs(self, site: str, *, service: str | None = None) -> Iterator[str]:
-        return dk.stream_logs(self.container(site, service))
+        inst, copy, svc = self._active(site, service)
+        return inst.follow_logs(copy, svc)
 
     def exec(self, site: str, argv: list[str], *, service: str | None = None) -> tuple[int, str]:
-        return dk.exec_argv(self.container(site, service), argv)
+        inst, copy, svc = self._active(site, service)
+        return inst.exec(copy, svc, argv)
 
     @classmethod
     def instances(cls, catalog: Catalog | None = None) -> list[InstanceInfo]:
         out = []
-        for c in dk.containers(role="proxy"):
-            got = dk.seen(c)  # labels and status together: read later, a proxy removed meanwhile would raise
-            if got is None:
-                continue  # removed (its instance downed) since the listing
-            _, labels, status = got
-            s = InstanceSettings.from_labels(labels)
+        for s, status, ports in Instance.listed():
             lab = cls(catalog, instance=s.name)
             try:
                 sites = lab.sites_up()
-            except (EnvctlError, dk.NoSuchContainer):
+            except EnvctlError:
                 # another process is bringing this instance up or down right now (its proxy runs, its table
                 # is not there yet or any more), or its proxy is not one this envctl can read: listed, no sites
-                sites, state = [], "unreadable"
-            else:
-                state = status
-            out.append(InstanceInfo(s.name, s.flavor, s.public_host, s.bind, s.port_offset, state,
-                                    sites, lab.env("webarena", s), lab.env("visualwebarena", s)))
+                sites, status = [], "unreadable"
+            out.append(InstanceInfo(s.name, s.flavor, s.public_host, s.bind, s.port_offset, status,
+                                    sites, lab.env("webarena", s), lab.env("visualwebarena", s), s.backend, s.node,
+                                    ports))
         return out
-
-    # -- leases (docs/architecture.md, "Leases") --------------------------------------------------
-    @classmethod
-    def lease(cls, sites: list[str] | None = None, *, pool: str | None = None, ttl: float = 600.0,
-              server: str | None = None, wait: float = 0.0, holder: str = "",
-              max_seconds: float | None = None) -> Any:
-        """Lease an isolated, verified-pristine instance for a ``with`` block; released when it ends::
-
-            with Lab.lease(sites=["reddit"]) as lease:
-                lease.env["WA_REDDIT"], lease.auth["reddit_state.json"], lease.instance
-                lease.check()  # raises LeaseLost at once if the lease ended under us
-
-        From the lease server at ``server`` (or ``$ENVCTL_LEASE_SERVER``; its URL with the token path,
-        if any), else the running ``envctl serve --instances N`` of pool ``pool`` (``$ENVCTL_POOL``,
-        default "default"). A thread heartbeats every ttl/3; ``LeaseLost`` is raised when the lease
-        expired, was reclaimed (``max_seconds``, ``serve --max-lease``) or released by someone else;
-        a release the server refuses is an error. See :mod:`envctl.leases.client`."""
-        from envctl.leases.client import LeaseClient, find_server, held
-
-        client = LeaseClient(find_server(server, pool))
-        return held(client, sites, ttl=ttl, wait=wait, holder=holder, max_seconds=max_seconds)

@@ -17,7 +17,7 @@ class UnsafeStateDir(EnvctlError):
     """The state directory is not safely ours (another user's, or a symlink in a shared /tmp)."""
 
 
-def lock_dir() -> Path:
+def state_dir() -> Path:
     """envctl's per-user state directory: locks, reset-server records and tokens, the debug log.
 
     ``$ENVCTL_STATE_DIR``, else ``$XDG_RUNTIME_DIR/envctl-<uid>``, else ``/tmp/envctl-<uid>``. A
@@ -89,7 +89,7 @@ def write_private(path: Path, text: str) -> Path:
 def write_debug_log(text: str) -> Path | None:
     """Append a traceback to ``<state dir>/debug.log`` (0600); None when it cannot be written."""
     try:
-        path = lock_dir() / "debug.log"
+        path = state_dir() / "debug.log"
         with os.fdopen(open_private(path, append=True), "a") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         return path
@@ -104,7 +104,7 @@ class Busy(EnvctlError):
 @contextmanager
 def locked(name: str, *, wait: bool = True, timeout: float = 600) -> Iterator[None]:
     """Hold lock ``name``; wait for it (up to ``timeout``) or raise Busy at once when ``wait`` is False."""
-    path = lock_dir() / f"{name}.lock"
+    path = state_dir() / f"{name}.lock"
     fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
         deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ but every spare is a whole second copy of the site. The catalog says what each s
 A site that gets fewer spares than it wants is told why (``SitePlan.why``); ``up`` and ``status``
 show it, and a replenisher re-plans such a site (``envctl.state.capacity``) whenever it runs, so the
 spare is booted once memory frees up. ``plan()`` is pure: the measurements (``EngineMemory``, read
-by ``measure_engine``) are passed in. ``envctl up`` applies it by default on every flavor
+by ``envctl.instance.measure``) are passed in. ``envctl up`` applies it by default on every flavor
 (``--spares K`` overrides it); ``envctl plan`` prints it, measured use beside the limits.
 """
 from __future__ import annotations
@@ -255,34 +255,5 @@ class EngineMemory:
         return sum(self.held(n, margin=margin, by_limits=by_limits) for n in others), len(others)
 
 
-def measure_engine() -> EngineMemory:
-    """Read every envctl container's limit and measured use (one stats read for all), and each
-    instance's routing table (side by side). Raises the engine's errors (EngineUnavailable)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from envctl.errors import EnvctlError
-    from envctl.provision import docker as dk
-    from envctl.provision import proxy
-
-    every = dk.container_memory()
-    use, source = dk.memory_use([c.id for c in every if c.running])
-    held = [Held(c.labels["envctl.instance"], c.labels.get("envctl.site", ""), c.labels.get("envctl.slot", ""),
-                 c.labels.get("envctl.role", ""), c.labels.get("envctl.flavor", ""), c.limit, use.get(c.id))
-            for c in every if c.labels.get("envctl.instance")]
-
-    def table(n: str) -> tuple[str, Any]:
-        try:
-            return n, proxy.read_state(n)
-        except EnvctlError:
-            return n, None
-
-    names = sorted({h.instance for h in held})
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
-        tables = dict(pool.map(table, names))
-    return EngineMemory(tuple(held), {n: dict(t.active) for n, t in tables.items() if t is not None},
-                        {n: dict(t.wanted) for n, t in tables.items() if t is not None},
-                        sum(use.values()), source)
-
-
 __all__ = ["Plan", "SitePlan", "plan", "copy_memory", "host_memory", "memory_bytes", "SERVICE_MEMORY_DEFAULT",
-           "MARGIN", "counted", "Held", "EngineMemory", "measure_engine"]
+           "MARGIN", "counted", "Held", "EngineMemory"]

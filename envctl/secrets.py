@@ -122,7 +122,7 @@ def mask_secrets(text: str, secrets: Iterable[str]) -> str:
 
 def mask_text(site: "SiteSecrets", text: str) -> str:
     """Hide the site's passwords and secret settings in text meant for humans or logs (a drop-in
-    for ``envctl.provision.local.mask``)."""
+    for ``envctl.instance.Instance.mask``)."""
     return mask_secrets(text, site_secret_values(site))
 
 

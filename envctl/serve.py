@@ -10,14 +10,10 @@
 - ``POST /reset/<site>`` -> the site's reset, synchronously, as JSON.
 - ``GET /status.json`` -> instance status with the last reset results.
 
-- ``GET /verify.json`` -> every site up: probes and whether it verifies pristine (a lab's lease
-  server asks it before handing the instance out).
+- ``GET /verify.json`` -> every site up: probes and whether it verifies pristine.
 
 Leases (with a pool, ``envctl serve --instances N``): the routes of :mod:`envctl.leases.http`; the
 pool is :mod:`envctl.leases.pool` (docs/architecture.md, "Leases").
-
-:func:`serve_pool` serves a pool with no instance of its own (a cloud lab's, ``envctl cloud serve``):
-the lease endpoints and ``/metrics`` only.
 
 Access control (issue #14: a reset must not be triggerable by whoever reaches the port, nor by a
 page the agent's own browser opens):
@@ -29,7 +25,7 @@ page the agent's own browser opens):
   and ``/status``) or as ``Authorization: Bearer <token>`` (or ``X-Envctl-Token``). Otherwise: 403.
   The one exception: ``GET /status`` (read-only, one line) needs no token on a loopback bind.
   The token is kept in ``<state dir>/serve-<instance>.token`` (mode 0600; see
-  :func:`envctl.locks.lock_dir`) and reused by the next server of the instance.
+  :func:`envctl.locks.state_dir`) and reused by the next server of the instance.
 - **Browsers.** ``GET /reset`` and ``POST /reset/<site>`` are refused (403) when the request says
   it comes from a web page of another origin: ``Sec-Fetch-Site`` other than ``same-origin`` / ``none``
   (``same-site`` too: the sites on other ports of the same host are the same *site*), or an
@@ -56,9 +52,11 @@ from urllib.parse import parse_qs, urlparse
 
 from envctl.errors import EnvctlError, UsageError
 from envctl.leases.client import running_server_url, server_record  # noqa: F401 - re-exported
-from envctl.leases.http import LeaseRoutes, Reply, as_json
-from envctl.leases.pool import FULL_RESET_WAIT, LocalStore, Pool, auth_dir, auto_size  # noqa: F401 - auto_size re-exported
-from envctl.locks import lock_dir, write_private
+from envctl.leases.http import MAX_BODY, LeaseRoutes, Reply, as_json
+from envctl.leases.members import Members, auth_dir
+from envctl.leases.pool import FULL_RESET_WAIT, Pool
+from envctl.leases.sizing import auto_size
+from envctl.locks import state_dir, write_private
 from envctl.validate import is_loopback, validate_host, validate_instance_name, validate_token
 
 if TYPE_CHECKING:
@@ -66,12 +64,11 @@ if TYPE_CHECKING:
 
 TOKEN_ENV = "ENVCTL_SERVE_TOKEN"
 STATE_CHANGING = ("/reset",)  # exact paths; plus every POST and DELETE, and a lease's /reset
-MAX_BODY = 65536
 
 
 def token_file(instance: str) -> Path:
     """Where the reset server of ``instance`` keeps its token (0600, in envctl's state directory)."""
-    return lock_dir() / f"serve-{validate_instance_name(instance)}.token"
+    return state_dir() / f"serve-{validate_instance_name(instance)}.token"
 
 
 def server_token(instance: str, given: str | None = None) -> tuple[str, Path]:
@@ -146,9 +143,16 @@ def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, s
     def make(name: str) -> Lab:
         return Lab(lab.catalog, catalog_path=lab.catalog_path, instance=name, auth_dir=auth_dir(name))
 
-    store = LocalStore(make, size=instances, flavor=flavor, sites=sites, spares=spares, base_offset=base_offset,
-                       bind=bind)
+    store = Members(make, size=instances, flavor=flavor, sites=sites, spares=spares, base_offset=base_offset,
+                    bind=bind, instances=lambda: Lab.instances(lab.catalog))
     return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, log=say or _stderr)
+
+
+def pool_size(lab: "Lab", sites: list[str], flavor: str, spares: int | None) -> tuple[int, str]:
+    """``serve --instances auto``: how many instances of ``sites`` fit (:func:`envctl.leases.sizing.auto_size`)."""
+    from envctl.instance import measure
+
+    return auto_size(lab.catalog, sites, flavor, spares, lab.instance, measure=measure)
 
 
 class InstanceRoutes:
@@ -215,136 +219,134 @@ class InstanceRoutes:
         return as_json(200 if all(r.ok for r in results) else 500, [r.to_dict() for r in results])
 
 
-def make_handler(service: ResetService | None, token: str | None, *, loopback: bool = True,
-                 pool: Pool | None = None) -> type[BaseHTTPRequestHandler]:
-    """The request handler; ``token`` None = no token (only allowed on a loopback bind); ``pool``
-    adds the lease routes and ``/metrics``. Without ``service`` (a lab's lease server, which has no
-    instance of its own) ``/reset``, ``/status`` and ``POST /reset/SITE`` answer 404."""
-    secret = token.encode() if token else None
-    instance_routes = InstanceRoutes(service) if service is not None else None
+class Handler(BaseHTTPRequestHandler):
+    """One request to the reset server. :func:`make_handler` binds what it serves (class attributes)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "envctl-serve"
-        lease_routes: LeaseRoutes | None = None
+    server_version = "envctl-serve"
+    secret: bytes | None = None  # the token; None: none (only allowed on a loopback bind)
+    loopback = True
+    instance_routes: InstanceRoutes | None = None
+    lease_routes: LeaseRoutes | None = None
 
-        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one line per request to stderr
-            pass
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet: one line per request to stderr
+        pass
 
-        def handle_one_request(self) -> None:
-            # An unexpected error answers 500 with one line (and its traceback goes to the debug log)
-            # instead of closing the connection without an answer.
+    def handle_one_request(self) -> None:
+        # An unexpected error answers 500 with one line (and its traceback goes to the debug log) instead of
+        # closing the connection without an answer.
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary of one request
+            import traceback
+
+            from envctl.locks import write_debug_log
+
+            where = write_debug_log(traceback.format_exc())
             try:
-                super().handle_one_request()
-            except (ConnectionError, TimeoutError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - the boundary of one request
-                import traceback
+                self._reply(Reply(500, f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
+                                       + (f" (traceback in {where})" if where else "")))
+            except OSError:
+                pass
 
-                from envctl.locks import write_debug_log
+    def _reply(self, reply: Reply) -> None:
+        data = reply.body.encode()
+        self.send_response(reply.code)
+        for k, v in reply.headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", reply.ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(data)
 
-                where = write_debug_log(traceback.format_exc())
-                try:
-                    self._reply(Reply(500, f"internal error: {type(exc).__name__}: {str(exc)[:200]}"
-                                           + (f" (traceback in {where})" if where else "")))
-                except OSError:
-                    pass
+    def _matches(self, given: str) -> bool:
+        return bool(self.secret) and bool(given) and hmac.compare_digest(given.encode(), self.secret)  # type: ignore[arg-type]
 
-        def _reply(self, reply: Reply) -> None:
-            data = reply.body.encode()
-            self.send_response(reply.code)
-            for k, v in reply.headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Type", reply.ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(data)
+    def _route(self) -> tuple[str, bool]:
+        """The path without a token segment, and whether the request carried the token."""
+        path = urlparse(self.path).path
+        head, _, rest = path[1:].partition("/")
+        if self.secret and head and self._matches(head):
+            return "/" + rest, True
+        auth = self.headers.get("Authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        return path, self._matches(bearer) or self._matches(self.headers.get("X-Envctl-Token", ""))
 
-        def _matches(self, given: str) -> bool:
-            return bool(secret) and bool(given) and hmac.compare_digest(given.encode(), secret)  # type: ignore[arg-type]
+    def _cross_site(self) -> str | None:
+        """Why this request looks like it comes from a web page of another origin, or None."""
+        site = self.headers.get("Sec-Fetch-Site", "").strip().lower()
+        if site and site not in ("same-origin", "none"):
+            return f"Sec-Fetch-Site: {site}"
+        origin = self.headers.get("Origin")
+        if origin is not None and not _same_origin(origin, self.headers.get("Host", "")):
+            return f"Origin: {origin[:100]}"
+        return None
 
-        def _route(self) -> tuple[str, bool]:
-            """The path without a token segment, and whether the request carried the token."""
-            path = urlparse(self.path).path
-            head, _, rest = path[1:].partition("/")
-            if secret and head and self._matches(head):
-                return "/" + rest, True
-            auth = self.headers.get("Authorization", "")
-            bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-            return path, self._matches(bearer) or self._matches(self.headers.get("X-Envctl-Token", ""))
-
-        def _cross_site(self) -> str | None:
-            """Why this request looks like it comes from a web page of another origin, or None."""
-            site = self.headers.get("Sec-Fetch-Site", "").strip().lower()
-            if site and site not in ("same-origin", "none"):
-                return f"Sec-Fetch-Site: {site}"
-            origin = self.headers.get("Origin")
-            if origin is not None and not _same_origin(origin, self.headers.get("Host", "")):
-                return f"Origin: {origin[:100]}"
+    def _allowed(self, method: str) -> str | None:
+        """The path to serve, or None after answering 403."""
+        path, authed = self._route()
+        if self.secret and not authed and not (self.loopback and method == "GET" and path == "/status"):
+            self._reply(Reply(403, "forbidden: this reset server needs its token (http://host:port/<token>/reset, "
+                                   "or Authorization: Bearer <token>); 'envctl env --format browsergym' shows the URL"))
             return None
-
-        def _allowed(self, method: str) -> str | None:
-            """The path to serve, or None after answering 403."""
-            path, authed = self._route()
-            if secret and not authed and not (loopback and method == "GET" and path == "/status"):
-                self._reply(Reply(403, "forbidden: this reset server needs its token (http://host:port/<token>/reset, "
-                                       "or Authorization: Bearer <token>); 'envctl env --format browsergym' shows the URL"))
+        if not self.secret and self.loopback:
+            host = _host_name(self.headers.get("Host") or "localhost")
+            if not is_loopback(host):
+                self._reply(Reply(403, f"forbidden: Host {host[:100]!r} is not a loopback name (use 127.0.0.1 or localhost)"))
                 return None
-            if not secret and loopback:
-                host = _host_name(self.headers.get("Host") or "localhost")
-                if not is_loopback(host):
-                    self._reply(Reply(403, f"forbidden: Host {host[:100]!r} is not a loopback name (use 127.0.0.1 or localhost)"))
-                    return None
-            if method in ("POST", "DELETE") or path in STATE_CHANGING or (
-                    path.startswith("/leases/") and path.endswith("/reset")):
-                why = self._cross_site()
-                if why:
-                    self._reply(Reply(403, f"forbidden: resets are not accepted from web pages of another origin ({why})"))
-                    return None
-            return path
+        if method in ("POST", "DELETE") or path in STATE_CHANGING or (
+                path.startswith("/leases/") and path.endswith("/reset")):
+            why = self._cross_site()
+            if why:
+                self._reply(Reply(403, f"forbidden: resets are not accepted from web pages of another origin ({why})"))
+                return None
+        return path
 
-        def _body(self) -> bytes:
-            from envctl.errors import UsageError
+    def _body(self) -> bytes:
+        try:
+            size = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise UsageError("invalid Content-Length") from None
+        if size > MAX_BODY or size < 0:
+            raise UsageError(f"request body over {MAX_BODY} bytes")
+        return self.rfile.read(size) if size > 0 else b""
 
+    def _dispatch(self, method: str) -> None:
+        path = self._allowed(method)
+        if path is None:
+            return
+        query = parse_qs(urlparse(self.path).query)
+        routes = self.lease_routes
+        if routes is not None and routes.handles(path):
             try:
-                size = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise UsageError("invalid Content-Length") from None
-            if size > MAX_BODY or size < 0:
-                raise UsageError(f"request body over {MAX_BODY} bytes")
-            return self.rfile.read(size) if size > 0 else b""
+                self._reply(routes(method, path, query, self._body, self.client_address[0]))
+            except UsageError as exc:
+                self._reply(as_json(400, {"error": str(exc).splitlines()[0]}))
+        elif self.instance_routes is None:
+            self._reply(Reply(404, "not found"))
+        else:
+            self._reply(self.instance_routes(method, path, query))
 
-        def _dispatch(self, method: str) -> None:
-            path = self._allowed(method)
-            if path is None:
-                return
-            query = parse_qs(urlparse(self.path).query)
-            routes = self.lease_routes
-            if routes is not None and routes.handles(path):
-                def body() -> bytes:
-                    return self._body()
-                try:
-                    self._reply(routes(method, path, query, body, self.client_address[0]))
-                except UsageError as exc:
-                    self._reply(as_json(400, {"error": str(exc).splitlines()[0]}))
-            elif instance_routes is None:
-                self._reply(Reply(404, "not found: this lease server has no instance of its own; reset a lease "
-                                       "through its full_reset URL"))
-            else:
-                self._reply(instance_routes(method, path, query))
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch("GET")
 
-        def do_GET(self) -> None:  # noqa: N802
-            self._dispatch("GET")
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
 
-        def do_POST(self) -> None:  # noqa: N802
-            self._dispatch("POST")
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
 
-        def do_DELETE(self) -> None:  # noqa: N802
-            self._dispatch("DELETE")
 
-    if pool is not None:
-        Handler.lease_routes = LeaseRoutes(pool, lambda: "")
-    return Handler
+def make_handler(service: ResetService | None, token: str | None, *, loopback: bool = True,
+                 pool: Pool | None = None) -> type[Handler]:
+    """The request handler; ``token`` None = no token (only allowed on a loopback bind); ``pool`` adds the lease
+    routes and ``/metrics``."""
+    return type("BoundHandler", (Handler,), {
+        "secret": token.encode() if token else None, "loopback": loopback,
+        "instance_routes": InstanceRoutes(service) if service is not None else None,
+        "lease_routes": LeaseRoutes(pool, lambda: "") if pool is not None else None})
 
 
 def _stderr(message: str) -> None:
@@ -363,16 +365,6 @@ def serve(lab: "Lab", host: str = "127.0.0.1", port: int = 7565, token: str | No
     settings = lab.settings()
     return _bind(lab.instance, ResetService(lab), host, port, token, say, pool,
                  settings.public_host if settings else None, ready)
-
-
-def serve_pool(name: str, pool: Pool, host: str = "127.0.0.1", port: int = 7565, token: str | None = None,
-               ready: threading.Event | None = None, say: Callable[[str], None] = _stderr) -> ThreadingHTTPServer:
-    """A lease server with no instance of its own (a cloud lab's pool, :class:`envctl.cloud.pool.LabStore`):
-    the lease endpoints and ``/metrics`` only. Recorded under ``name`` (the lab), so
-    ``envctl lease acquire --instance <lab>`` finds it; its token, when it has one, in
-    ``<state dir>/serve-<lab>.token``."""
-    validate_instance_name(name)
-    return _bind(name, None, host, port, token, say, pool, None, ready)
 
 
 def _bind(name: str, service: ResetService | None, host: str, port: int, token: str | None,

@@ -1,4 +1,4 @@
-"""State fingerprints: the catalog's queries run inside a site copy's containers, hashed.
+"""State fingerprints: the catalog's queries, run inside a site copy's members (by ``Instance.fingerprint``), hashed.
 
 A fingerprint is the SHA-256 of every query's output (``name`` then output), plus the outputs
 themselves so that ``verify`` can say which query differs and how.
@@ -9,12 +9,6 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Callable
-
-from envctl.catalog import Site
-from envctl.errors import DockerError
-
-Exec = Callable[[str, list[str]], tuple[int, str]]  # (service, argv) -> (exit code, output)
 
 
 @dataclass
@@ -36,14 +30,10 @@ class Fingerprint:
         return cls(raw["digest"], raw.get("parts", {}))
 
 
-def take(site: Site, flavor: str, run: Exec, mask: Callable[[str], str] = str) -> Fingerprint:
-    """Run the site's fingerprint queries through ``run``; an empty query set hashes to a constant."""
-    parts: dict[str, str] = {}
-    for q in site.fingerprint_queries(flavor):
-        rc, out = run(q.service or site.entry, list(q.run))
-        if rc != 0:
-            raise DockerError(f"{site.title}: fingerprint query '{q.name}' failed (exit {rc}): {mask(out)[-200:]}")
-        parts[q.name] = "\n".join(line.rstrip() for line in out.strip().splitlines())
+def hashed(outputs: dict[str, str]) -> Fingerprint:
+    """The fingerprint of the site's query outputs (query name -> what it printed; lines right-stripped, the
+    whole stripped); no query at all hashes to a constant."""
+    parts = {name: "\n".join(line.rstrip() for line in out.strip().splitlines()) for name, out in outputs.items()}
     h = hashlib.sha256()
     for name in sorted(parts):
         h.update(name.encode() + b"\0" + parts[name].encode() + b"\0")

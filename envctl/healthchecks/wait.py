@@ -5,7 +5,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from envctl.errors import UsageError
 
@@ -42,20 +42,28 @@ class Deadline:
         return self.remaining <= 0
 
 
-def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: float = 0.1, cap: float = 2.0,
-             cancel: threading.Event | None = None) -> tuple[bool, T]:
-    """Call ``check`` until it returns (True, value) or ``timeout`` passes; returns the last result.
-    Every wait is bounded: a timeout that is not a finite number of seconds up to
-    :data:`MAX_WAIT_SECONDS` (inf, nan, a boolean, a week and more) is refused before ``check`` runs."""
+def attempts(timeout: float, *, first: float = 0.1, cap: float = 2.0,
+             cancel: threading.Event | None = None) -> Iterator[Deadline]:
+    """The attempts of a wait: yields before each (at least once), pausing between them (growing from ``first``
+    to ``cap`` seconds), until ``timeout`` passes; the caller breaks out when its check passes::
+
+        for _ in attempts(30, cancel=stop):
+            ok, value = check()
+            if ok:
+                break
+
+    Every wait is bounded: a timeout that is not a finite number of seconds up to :data:`MAX_WAIT_SECONDS`
+    (inf, nan, a boolean, a week and more) is refused before the first attempt. Raises :class:`Cancelled`
+    when ``cancel`` is set."""
     check_timeout(timeout)
     deadline = Deadline(timeout)
     delay = first
     while True:
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        ok, value = check()
-        if ok or deadline.expired:
-            return ok, value
+        yield deadline
+        if deadline.expired:
+            return
         pause = min(delay, max(0.0, deadline.remaining))
         if cancel is not None:
             if cancel.wait(pause):
@@ -65,21 +73,13 @@ def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: floa
         delay = min(cap, delay * 1.6)
 
 
-class TargetDied(Exception):
-    """What was awaited is gone (a container stopped); waiting longer cannot help."""
-
-
-def wait_ready(check: Callable[[], tuple[bool, T]], *, timeout: float, died: Callable[[], str] | None = None,
-               cancel: threading.Event | None = None) -> tuple[bool, T]:
-    """Wait until ``check`` passes, failing fast when ``died()`` names a reason the target is gone.
-
-    The one wait-until-healthy-or-died strategy: copies booting, sites coming up, spares.
-    """
-
-    def guarded() -> tuple[bool, T]:
-        why = died() if died is not None else ""
-        if why:
-            raise TargetDied(why)
-        return check()
-
-    return wait_for(guarded, timeout=timeout, cancel=cancel)
+def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: float = 0.1, cap: float = 2.0,
+             cancel: threading.Event | None = None) -> tuple[bool, T]:
+    """Call ``check`` until it returns (True, value) or ``timeout`` passes; returns the last result (see
+    :func:`attempts`, the same wait without a callback)."""
+    ok, value = False, None
+    for _ in attempts(timeout, first=first, cap=cap, cancel=cancel):
+        ok, value = check()
+        if ok:
+            break
+    return ok, value  # type: ignore[return-value]

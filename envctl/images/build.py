@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from envctl.errors import BuildFailed, ImageMissing
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 
 HERE = Path(__file__).resolve().parent
 MINI_DIR = HERE / "mini"
@@ -80,7 +80,7 @@ def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) ->
                 "run 'sudo scripts/docker-engine.sh', which pulls it or builds it with debootstrap",
             )
     start = time.monotonic()
-    out = dk.build_image(spec.context, spec.tag, file=spec.dockerfile,
+    out = dk.build_lines(spec.context, spec.tag, file=spec.dockerfile,
                          labels={"org.envctl.built-by": "envctl", "org.envctl.image": spec.name})
     if out is not None:
         step = next((line for line in reversed(out) if "RUN" in line or "ERROR" in line), out[-1] if out else "")

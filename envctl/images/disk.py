@@ -37,9 +37,9 @@ class SpaceCheck:
 
 def docker_root() -> Path:
     """The engine's data root (``docker info`` DockerRootDir); /var/lib/docker when it cannot be asked."""
-    from envctl.provision import docker as dk
+    from envctl.backends.docker import ENGINE as dk
 
-    root = dk.docker_root_dir()
+    root = dk.root_dir()
     return Path(root) if root else Path("/var/lib/docker")
 
 

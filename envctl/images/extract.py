@@ -6,7 +6,7 @@ applied, and the entry goes to the target whose prefix it falls under:
 
 * a directory ``{data_dir}/<path>``: written into ``<path>.extracting`` beside it, which is renamed
   into place only when every entry is in;
-* a Docker volume (``{instance}-osm-data``): a helper container (envctl.provision.docker) unpacks
+* a Docker volume (``{instance}-osm-data``): a helper container (envctl.backends.docker) unpacks
   a re-written tar stream into ``.envctl-partial/`` inside the volume and moves it into place
   only after the stream ended complete.
 
@@ -31,7 +31,7 @@ from typing import IO, Any, BinaryIO, Callable, Iterator, Literal, Protocol
 
 from envctl.errors import DockerError, EnvctlError
 from envctl.paths import confined
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 
 MARKER = ".envctl-extract.json"
 PENDING = ".envctl-extract.pending"

@@ -37,7 +37,7 @@ from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream
 from envctl.images.lock import LockFile, Pin, downloads_dir
 from envctl.paths import confined, data_dir as site_data_dir
 from envctl.validate import env_value
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 
 
 class SourceLike(Protocol):

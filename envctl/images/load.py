@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from envctl.errors import ChecksumMismatch, DockerError
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 
 HOLD_BACK = 1 << 20  # > the tar end marker (1 KiB) with a wide margin
 _LOADED = re.compile(r"^Loaded image(?: ID)?: (\S+)\s*$", re.M)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from envctl.errors import ChecksumMismatch, DockerError, FetchError, UsageError
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 
 DOCKER_HUB = "registry-1.docker.io"
 MIRROR_ENV = "ENVCTL_REGISTRY_MIRROR"

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import requests
 
 from envctl.errors import EnvctlError, UsageError
-from envctl.locks import lock_dir
+from envctl.locks import state_dir
 from envctl.validate import env_value, validate_instance_name, validate_token
 
 DEFAULT_TTL = 600.0
@@ -114,8 +114,8 @@ class Lease:
     env: dict[str, str] = field(default_factory=dict)
     auth: dict[str, Any] = field(default_factory=dict)  # storage_state file name -> its JSON
     full_reset: str | None = None
-    host: str | None = None  # the lab host the instance runs on (lab pools only)
-    auth_note: str | None = None  # why ``auth`` is empty (lab pools: the hosts run no browser)
+    host: str | None = None  # the node the instance runs on (a pool on a swarm)
+    auth_note: str | None = None  # why ``auth`` is empty (no browser where the pool runs)
     max_seconds: float | None = None  # the watchdog reclaims the lease this long after it was acquired
     lost: str | None = field(default=None, repr=False, compare=False)  # set by the heartbeat thread
 
@@ -143,7 +143,7 @@ class Lease:
 # -- where servers are -----------------------------------------------------------------------------------
 def server_record(instance: str) -> Path:
     """The file a running ``envctl serve`` of ``instance`` (or pool, or lab) records its URL in (0600)."""
-    return lock_dir() / f"serve-{validate_instance_name(instance)}.json"
+    return state_dir() / f"serve-{validate_instance_name(instance)}.json"
 
 
 def running_server_url(instance: str) -> str | None:

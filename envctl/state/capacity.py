@@ -9,14 +9,14 @@ and why one got fewer; ``status`` shows it.
 from __future__ import annotations
 
 from envctl.errors import EnvctlError
-from envctl.instance import Instance
-from envctl.plan import EngineMemory, Plan, measure_engine, plan
-from envctl.provision.proxy import ProxyState
+from envctl.instance import Instance, measure
+from envctl.plan import EngineMemory, Plan, plan
+from envctl.routing.table import GOLDEN, RoutingTable
 
 
-def engine_or_none() -> EngineMemory | None:
+def engine_or_none(inst: Instance | None = None) -> EngineMemory | None:
     try:
-        return measure_engine()
+        return measure(inst.backend if inst is not None else None)
     except EnvctlError:
         return None  # the plan falls back to the limits (as before issue 23)
 
@@ -25,7 +25,8 @@ def plan_spares(inst: Instance, sites: list[str], *, fixed: dict[str, int], at_l
                 engine: EngineMemory | None = None, host_bytes: int | None = None) -> Plan:
     """The plan for ``inst``'s ``sites``: what its own active copies use, and what the other instances
     on the engine hold (both measured, × the margin, capped by the limits)."""
-    engine = engine if engine is not None else engine_or_none()
+    engine = engine if engine is not None else engine_or_none(inst)
+    host_bytes = host_bytes if host_bytes is not None else inst.backend.host_memory(inst.settings)
     if engine is None:
         return plan(inst.catalog, sites, inst.flavor, host_bytes, fixed=fixed, at_least=at_least)
     reserved, others = engine.held_by_others(inst.name)
@@ -40,10 +41,10 @@ def record(table_planned: dict[str, dict], p: Plan, sites: list[str]) -> None:
             table_planned[s.site] = {"wanted": s.wanted, "why": s.why}
 
 
-def short(table: ProxyState, site: str) -> bool:
+def short(table: RoutingTable, site: str) -> bool:
     """Whether the plan gave ``site`` fewer spares than the catalog wants (so a re-plan may add one)."""
-    entry = table.planned.get(site)
-    return entry is not None and table.wanted.get(site, 0) < int(entry.get("wanted", 0))
+    entry = table.ready.planned.get(site)
+    return entry is not None and table.ready.want(site, GOLDEN) < int(entry.get("wanted", 0))
 
 
 def replan(inst: Instance, site: str) -> int | None:
@@ -62,15 +63,12 @@ def _replan(inst: Instance, site: str) -> int | None:
     up = inst.sites_up(table)
     if site not in up:
         return None
-    have = table.wanted.get(site, 0)
-    p = plan_spares(inst, up, fixed={n: table.wanted.get(n, 0) for n in up if n != site}, at_least={site: have})
+    have = table.ready.want(site, GOLDEN)
+    p = plan_spares(inst, up, fixed={n: table.ready.want(n, GOLDEN) for n in up if n != site}, at_least={site: have})
     granted = p.spares().get(site, have)
-    with inst.routing() as t:
-        if site in t.planned:  # still the plan's to decide ('--spares K' meanwhile takes it out)
-            record(t.planned, p, [site])
-            t.wanted[site] = max(t.wanted.get(site, 0), granted)
-            return t.wanted[site]
-    return None
+    outcome: dict[str, dict] = {}
+    record(outcome, p, [site])
+    return inst.raise_planned(site, granted, outcome.get(site, {"wanted": granted, "why": ""}))
 
 
 __all__ = ["plan_spares", "replan", "record", "short", "engine_or_none"]

@@ -1,7 +1,7 @@
 """Golden images and user snapshots of site copies (``docker commit``, declared volumes included).
 
 Each works on an :class:`~envctl.instance.Instance`; declared volumes are captured too
-(:func:`envctl.provision.docker.capture`). Two ways to get one consistent instant of a copy:
+(the backend's commit). Two ways to get one consistent instant of a copy:
 
 - *clean stop* (:func:`commit_golden`): each service's stop command, ``docker stop``, commit, start.
   The golden image is made so, on a fresh copy nobody uses yet: every spare and recreate then boots
@@ -28,30 +28,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-from envctl.errors import NotReady, UsageError
+from envctl.backends.base import Copy
+from envctl.errors import UsageError
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.instance import Instance
-from envctl.provision import docker as dk
-from envctl.provision import proxy
-from envctl.provision.local import Copy
 
 
 def golden_key(inst: Instance, site: str) -> str:
     s = inst.catalog.site(site)
-    backend = inst.backend
-    r = backend.renderer(site, "x")
+    r = inst.renderer(site, "x")
     h = hashlib.sha256()
-    h.update(backend.settings.flavor.encode() + b"\0" + r("{public_url}").encode())
-    for svc, image in sorted(backend.images(site).items()):
-        h.update(svc.encode() + b"\0" + (dk.image_id(image) if dk.image_exists(image) else image).encode())
+    h.update(inst.flavor.encode() + b"\0" + r("{public_url}").encode())
+    for svc, image in sorted(inst.images(site).items()):
+        h.update(svc.encode() + b"\0" + (inst.image_id(image) if inst.image_exists(image) else image).encode())
     # The in-place tier's save steps run before a golden is committed: the golden carries their result.
-    for step in (*s.steps(backend.settings.flavor), *(s.reset.inplace.save if s.reset.inplace else ())):
+    for step in (*s.steps(inst.flavor), *(s.reset.inplace.save if s.reset.inplace else ())):
         # container names differ per copy; the rendered public values are what matters
         h.update(json.dumps([a.replace(r.containers.get(step.service or s.entry, ""), "") for a in r.argv(step.run)]).encode())
     return h.hexdigest()[:12]
@@ -70,7 +65,7 @@ def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str
     """(service -> golden image, key) when a golden exists for this site/flavor/URL, else (None, "")."""
     key = golden_key(inst, site)
     tags = golden_tags(inst, site, key)
-    if all(dk.image_exists(t) for t in tags.values()):
+    if all(inst.image_exists(t) for t in tags.values()):
         return tags, key
     return None, ""
 
@@ -78,38 +73,19 @@ def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str
 def golden_fingerprint(inst: Instance, site: str, key: str) -> Fingerprint | None:
     """The fingerprint the golden images of ``key`` are labelled with; None when they are gone."""
     tags = golden_tags(inst, site, key)
-    if not all(dk.image_exists(t) for t in tags.values()):
+    if not all(inst.image_exists(t) for t in tags.values()):
         return None
-    return snapshot_fingerprint(tags)
+    return labelled_fingerprint(inst, tags)
 
 
-def _stop_commit_start(inst: Instance, copy: Copy, tags: dict[str, str], labels: dict[str, str],
-                       restart: bool = True) -> None:
-    """Clean stop (each service's own stop command first), commit every container with its volumes' contents,
-    start again."""
-    inst.backend.stop_copy(copy)
-    for svc, c in copy.containers.items():
-        dk.commit(c, tags[svc], {**labels, "envctl.service": svc})
-    if restart:
-        inst.backend.start_copy(copy)
-        # Started again, a container may come back at another address (its old one taken meanwhile):
-        # the proxy's servers of this copy (routed or addressed by header) follow it.
-        try:
-            with inst.routing() as table:
-                proxy.refresh(inst.name, table, copy.names)
-        except NotReady:
-            pass  # no proxy running: the next 'up' makes one, from the containers as they are
-
-
-def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint, *, restart: bool = True) -> str:
-    """Stop ``copy`` cleanly and commit it as the site's golden state; returns the key."""
+def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint) -> Copy:
+    """Stop ``copy`` cleanly and commit it as the site's golden state; the copy as it runs again."""
     key = golden_key(inst, copy.site)
     tags = golden_tags(inst, copy.site, key)
     labels = {"envctl.golden": key, "envctl.site": copy.site, "envctl.flavor": inst.flavor,
-              "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
+              "envctl.public_url": inst.renderer(copy.site, copy.slot)("{public_url}"),
               "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-    _stop_commit_start(inst, copy, tags, labels, restart)
-    return key
+    return inst.commit_copy(copy, tags, labels)
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -131,15 +107,8 @@ def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
 def _snapshot_labels(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
     return {"envctl.snapshot": name, "envctl.instance": inst.name, "envctl.site": copy.site,
             "envctl.flavor": inst.flavor,
-            "envctl.public_url": inst.backend.renderer(copy.site, copy.slot)("{public_url}"),
+            "envctl.public_url": inst.renderer(copy.site, copy.slot)("{public_url}"),
             "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-
-
-def commit_snapshot(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
-    """Clean stop, commit, start (the site is down meanwhile); see :func:`capture_live`."""
-    tags = snapshot_tags(inst, copy.site, name)
-    _stop_commit_start(inst, copy, tags, _snapshot_labels(inst, copy, name, fp))
-    return tags
 
 
 def needs_clean_stop(inst: Instance, site: str) -> str:
@@ -150,32 +119,6 @@ def needs_clean_stop(inst: Instance, site: str) -> str:
         if spec.services[svc].stop:
             return f"its service '{svc}' declares a clean stop command ({' '.join(spec.services[svc].stop or ())})"
     return ""
-
-
-def thaw(inst: Instance, copy: Copy) -> list[str]:
-    """Unpause containers of ``copy`` that a capture killed mid-freeze left frozen; returns them."""
-    frozen = dk.paused(copy.names)
-    dk.unpause(frozen)
-    return frozen
-
-
-def freeze_commit(copy: Copy, tags: dict[str, str], labels: dict[str, str], timings: dict[str, float]) -> None:
-    """Pause every container of ``copy`` at once, commit each (volumes copied out too), unpause; then
-    build the volume layers while the copy runs on. ``timings``: freeze (the site's pause), build."""
-    with tempfile.TemporaryDirectory(prefix="envctl-snap-") as tmp:
-        names = copy.names
-        t = time.monotonic()
-        dk.pause(names)
-        try:
-            caps = [dk.capture(c, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
-                    for svc, c in copy.containers.items()]
-        finally:
-            dk.unpause(names)
-            timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
-        t = time.monotonic()
-        for cap in caps:
-            dk.finish_capture(cap)
-        timings["build"] = timings.get("build", 0.0) + time.monotonic() - t
 
 
 @dataclass
@@ -206,7 +149,7 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     if not why:
         for attempt in (1, 2):
             progress(site, "snapshot", f"freeze, commit, unpause (attempt {attempt})")
-            freeze_commit(copy, tags, _snapshot_labels(inst, copy, name, fp), timings)
+            inst.capture(copy, tags, _snapshot_labels(inst, copy, name, fp), timings)
             t = time.monotonic()
             after = inst.fingerprint(copy)
             timings["fingerprint"] += time.monotonic() - t
@@ -218,18 +161,22 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     progress(site, "snapshot", f"clean stop, commit, start ({why})")
     t = time.monotonic()
     fp = inst.fingerprint(copy)
-    commit_snapshot(inst, copy, name, fp)
+    inst.commit_copy(copy, tags, _snapshot_labels(inst, copy, name, fp))
     timings["stop_commit_start"] = time.monotonic() - t
     return LiveCapture(tags, fp, "stop", 1, timings, f"clean stop: {why}")
 
 
-def snapshot_fingerprint(tags: dict[str, str]) -> Fingerprint | None:
-    """The fingerprint a snapshot's images were labelled with."""
+def labelled_fingerprint(inst: Instance, tags: dict[str, str]) -> Fingerprint | None:
+    """The fingerprint a golden's or a snapshot's images were labelled with."""
     for tag in tags.values():
-        raw = dk.image_labels(tag).get("envctl.fingerprint")
+        raw = inst.image_labels(tag).get("envctl.fingerprint")
         if raw:
             return Fingerprint.from_json(raw)
     return None
+
+
+def exists(inst: Instance, tags: dict[str, str]) -> bool:
+    return all(inst.image_exists(t) for t in tags.values())
 
 
 @dataclass
@@ -246,31 +193,30 @@ class SnapshotInfo:
     size_mb: float
 
 
-def list_snapshots(instance: str, site: str | None = None) -> list[SnapshotInfo]:
-    """Golden images (any instance) and the named snapshots of ``instance``."""
+def list_snapshots(inst: Instance, site: str | None = None) -> list[SnapshotInfo]:
+    """Golden images (any instance) and the named snapshots of ``inst`` (running or not)."""
     out = []
     for kind, label in (("golden", "golden"), ("snapshot", "snapshot")):
-        for img in dk.images_labelled(f"envctl.{label}"):
-            lb = img.labels
-            if kind == "snapshot" and lb.get("envctl.instance") != instance:
+        for img_id, img_tags, lb, size in inst.images_labelled(f"envctl.{label}"):
+            if kind == "snapshot" and lb.get("envctl.instance") != inst.name:
                 continue
             if site and lb.get("envctl.site") != site:
                 continue
             raw = lb.get("envctl.fingerprint")
             fp = Fingerprint.from_json(raw).digest if raw else ""
-            for tag in img.tags or [img.id[:19]]:
+            for tag in img_tags or [img_id[:19]]:
                 out.append(SnapshotInfo(lb.get(f"envctl.{label}", ""), kind, lb.get("envctl.site", ""),
                                         lb.get("envctl.service", ""), tag, lb.get("envctl.flavor", ""),
                                         lb.get("envctl.public_url", ""), fp[:12], lb.get("envctl.created", ""),
-                                        round(img.size / 1e6, 1)))
+                                        round(size / 1e6, 1)))
     return sorted(out, key=lambda s: (s.site, s.kind, s.name, s.service))
 
 
-def remove_snapshot(instance: str, name: str, site: str | None = None) -> list[str]:
-    removed = [s.image for s in list_snapshots(instance, site) if s.name == name]
+def remove_snapshot(inst: Instance, name: str, site: str | None = None) -> list[str]:
+    removed = [s.image for s in list_snapshots(inst, site) if s.name == name]
     if not removed:
         raise UsageError(f"no snapshot named '{name}'", "see 'envctl snapshot list'")
     for tag in removed:
-        dk.remove_image(tag)
+        inst.remove_image(tag)
     return removed
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from envctl.locks import lock_dir
+from envctl.locks import state_dir
 
 
 def spawn(command: list[str], instance: str, auth_dir: Path, args: list[str], *, log_name: str,
@@ -24,7 +24,7 @@ def spawn(command: list[str], instance: str, auth_dir: Path, args: list[str], *,
     """Run ``envctl <command…> --instance I --auth-dir D <args…>`` detached; its output goes to
     ``<lock dir>/<log_name>-<instance>.log``. ``nice``: run it at that lower CPU priority (``nice -n``,
     which execs it: the pid and the argv that :func:`pids` reads are envctl's)."""
-    log = open(lock_dir() / f"{log_name}-{instance}.log", "ab")
+    log = open(state_dir() / f"{log_name}-{instance}.log", "ab")
     argv = [sys.executable, "-m", "envctl", *command, "--instance", instance, "--auth-dir", str(auth_dir), *args]
     if nice and shutil.which("nice"):
         argv = [str(shutil.which("nice")), "-n", str(int(nice)), *argv]

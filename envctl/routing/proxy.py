@@ -35,77 +35,18 @@ from typing import Any, Iterator
 
 import requests
 
+from envctl.backends.base import InstanceSettings, ProxyInfo, ProxySpec, proxy_name
 from envctl.errors import DockerError, EnvctlError
-from envctl.locks import lock_dir
-from envctl.provision import docker as dk
-
-
-@dataclass
-class Route:
-    backend: str  # container name
-    port: int  # container port of the backend
-    # Copies of this site whose name matches this pattern may be addressed on this port with the
-    # request header X-Envctl-Backend (used to verify and log in a spare before it is swapped in).
-    allow: str = ""
+from envctl.locks import state_dir
+from envctl.routing.table import Route, RoutingTable
 
 BACKEND_HEADER = "X-Envctl-Backend"
-
-
-@dataclass
-class ProxyState:
-    """Routing table: public port -> backend, plus which copy (slot) of each site is active."""
-
-    routes: dict[str, Route] = field(default_factory=dict)  # str(public port) -> Route
-    active: dict[str, str] = field(default_factory=dict)  # site -> slot
-    spares: dict[str, list[str]] = field(default_factory=dict)  # site -> verified, ready slots
-    pristine: dict[str, str] = field(default_factory=dict)  # site -> fingerprint JSON of its pristine state
-    wanted: dict[str, int] = field(default_factory=dict)  # site -> spares to keep ready
-    ports: list[int] = field(default_factory=list)  # what the proxy container publishes
-    # The instance's lease when it belongs to a pool (envctl.leases): pool, state, id, holder, sites, expires.
-    lease: dict[str, Any] = field(default_factory=dict)
-    # Warm copies of named snapshots (envctl.state.warm): site -> snapshot name -> verified, ready slots
-    # booted from that snapshot, not routed. A name present with no slot means one is wanted.
-    warm: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # Sites whose ``wanted`` the capacity plan decides (not '--spares K'): site -> {"wanted": the catalog's
-    # spares, "why": why it got fewer, "" when it got them}. A replenisher re-plans a site that got fewer.
-    planned: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Container name -> its address on the instance's network, recorded when a spare or warm copy
-    # becomes ready, so that routing it needs no engine call (a stale one is looked up again).
-    addrs: dict[str, str] = field(default_factory=dict)
-    # Slot -> [when it was last verified (probes and fingerprint; time.time()), requests the proxy had
-    # passed to it by X-Envctl-Backend then]: a spare idle for longer than the reset's freshness bound,
-    # or addressed since, is fingerprinted again before it is trusted.
-    verified: dict[str, list[float]] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, text: str) -> "ProxyState":
-        raw = json.loads(text or "{}")
-        routes = {k: Route(**v) for k, v in (raw.get("routes") or {}).items()}
-        return cls(routes=routes, active=raw.get("active") or {}, spares=raw.get("spares") or {},
-                   pristine=raw.get("pristine") or {}, wanted=raw.get("wanted") or {}, ports=raw.get("ports") or [],
-                   lease=raw.get("lease") or {}, warm=raw.get("warm") or {}, planned=raw.get("planned") or {},
-                   addrs=raw.get("addrs") or {}, verified=raw.get("verified") or {})
-
-    def warm_slots(self, site: str) -> list[str]:
-        """Every ready warm copy of ``site``, whatever snapshot it was booted from."""
-        return [slot for slots in self.warm.get(site, {}).values() for slot in slots]
-
-    def to_json(self) -> str:
-        return json.dumps({"routes": {k: asdict(v) for k, v in self.routes.items()}, "active": self.active,
-                           "spares": self.spares, "pristine": self.pristine, "wanted": self.wanted,
-                           "ports": self.ports, **({"lease": self.lease} if self.lease else {}),
-                           **({"warm": self.warm} if self.warm else {}),
-                           **({"planned": self.planned} if self.planned else {}),
-                           **({"addrs": self.addrs} if self.addrs else {}),
-                           **({"verified": self.verified} if self.verified else {})},
-                          indent=1, sort_keys=True)
 
 
 PROXY_DIR = "/etc/envctl"  # the config, the routing table and the CLI sockets, inside the proxy container
 HOLD_MAP = f"{PROXY_DIR}/hold.map"
 CONTROL_HEADER = "X-Envctl-Control"  # carries the proxy's token to its control service
 _TOKEN = re.compile(r"^[0-9a-f]{32,128}$")
-LEGACY_STATE = "/etc/nginx/envctl/state.json"  # where the nginx proxy (before the runtime API) kept the table
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
 _ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
 _ADDR_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:[0-9]+$")
@@ -114,15 +55,11 @@ _ALLOW = re.compile(r"^[A-Za-z0-9_.\-\[\]{}()|^$*+?]+$")
 _MAINT, _DRAIN = 0x01 | 0x02 | 0x04 | 0x20 | 0x40, 0x08 | 0x10
 
 
-def proxy_name(instance: str) -> str:
-    return f"envctl-{instance}-proxy"
-
-
 def control_cache(instance: str) -> Path:
     """Where this machine remembers how it last reached ``instance``'s control service (URL and token,
     0600): a hint that saves an engine call per envctl process, never the truth (the proxy's labels are);
     a stale one is refused by the proxy (wrong token) or unanswered, and looked up again."""
-    return lock_dir() / f"proxy-{instance}.control"
+    return state_dir() / f"proxy-{instance}.control"
 
 
 # -- the config --------------------------------------------------------------------------------------
@@ -163,7 +100,7 @@ defaults
 """
 
 
-def render(state: ProxyState, ports: list[int], token: str, *, servers: bool = True) -> str:
+def render(state: RoutingTable, ports: list[int], token: str, *, servers: bool = True) -> str:
     """HAProxy's config for ``state``; without ``servers``, only its shape (what a route change keeps).
     Every frontend first passes a request carrying ``token`` to the control service and refuses one
     carrying another token, so no site ever sees that header."""
@@ -171,7 +108,7 @@ def render(state: ProxyState, ports: list[int], token: str, *, servers: bool = T
         raise EnvctlError("refusing a malformed front-proxy token")
     out = [GLOBAL]
     for port in sorted(ports):
-        r = state.routes.get(str(port))
+        r = state.routes.by_port.get(str(port))
         out.append(f"frontend p{port}\n  bind :{port}\n"
                    f"  acl envctl_control req.hdr({CONTROL_HEADER}) -m str {token}\n"
                    f"  http-request wait-for-body time 10s if envctl_control\n"
@@ -266,7 +203,7 @@ def control_url(bind: str, ports: list[int]) -> str:
     return f"http://{host}:{min(ports)}"
 
 
-def _remember(instance: str, ctl: Control) -> None:
+def remember(instance: str, ctl: Control) -> None:
     _CONTROLS[instance] = ctl
     try:
         f = control_cache(instance)
@@ -279,7 +216,7 @@ def _remember(instance: str, ctl: Control) -> None:
         pass  # only a hint
 
 
-def _forget(instance: str) -> None:
+def forget(instance: str) -> None:
     _CONTROLS.pop(instance, None)
     try:
         control_cache(instance).unlink(missing_ok=True)
@@ -300,86 +237,43 @@ def _hint(instance: str) -> Control | None:
     return None
 
 
-def _locate(instance: str, wait: float = 10.0) -> tuple[Control | None, Any]:
-    """(control service, None) of ``instance``'s running proxy; (None, container) for a running proxy
-    without one (the nginx proxy of an older envctl); (None, None) when no proxy runs. Without an engine
-    call when this machine reached the same proxy before."""
-    ctl = _hint(instance)
-    # one that answered this process a moment ago is taken as it is (a flip is then one request)
-    if ctl is not None and (time.monotonic() - ctl.answered < FRESH or ctl.alive()):
-        _CONTROLS[instance] = ctl
-        return ctl, None
-    _CONTROLS.pop(instance, None)
-    c = dk.inspect(proxy_name(instance))
-    if c is None or not c.state.running:
-        return None, None
-    token = dk.label(c, "control")
-    ports = [int(p) for p in dk.label(c, "ports").split(",") if p.isdigit()]
-    if not _TOKEN.match(token) or not ports:
-        return None, c
-    ctl = Control(control_url(dk.label(c, "bind", "127.0.0.1"), ports), token)
-    deadline = time.monotonic() + wait  # a proxy that just (re)started answers within a second
+def locate(instance: str, info: ProxyInfo | None, wait: float = 10.0) -> Control | None:
+    """The control service of ``instance``'s running proxy (as the backend found it: ``info``), or None when no
+    proxy of this envctl's kind runs; waits up to ``wait`` s for one that just (re)started to answer."""
+    if info is None or not info.running or not _TOKEN.match(info.token) or not info.ports:
+        return None
+    ctl = Control(control_url(info.host, info.ports), info.token)
+    deadline = time.monotonic() + wait
     while not ctl.alive():
         if time.monotonic() > deadline:
             raise ProxyUnreachable(f"the front proxy {proxy_name(instance)} runs but its control service at "
                                    f"{ctl.url} does not answer", "run 'envctl up' to recreate it")
         time.sleep(0.05)
-    _remember(instance, ctl)
-    return ctl, None
+    remember(instance, ctl)
+    return ctl
+
+
+def known(instance: str) -> Control | None:
+    """The control service this process (or machine) reached last for ``instance``, if it still answers: no engine
+    call. One that answered this process a moment ago is taken as it is (a flip is then one request)."""
+    ctl = _hint(instance)
+    if ctl is not None and (time.monotonic() - ctl.answered < FRESH or ctl.alive()):
+        _CONTROLS[instance] = ctl
+        return ctl
+    _CONTROLS.pop(instance, None)
+    return None
 
 
 def _write(ctl: Control, name: str, text: str) -> None:
     ctl.call(f"file/{name}", text, method="PUT")
 
 
-def _load(ctl: Control) -> ProxyState:
-    return ProxyState.from_json(ctl.call("file/state.json", method="GET"))
-
-
-def read_state(instance: str) -> ProxyState | None:
-    """The live routing table, or None when the instance has no (running) proxy."""
-    ctl, legacy = _locate(instance)
-    if ctl is not None:
-        return _load(ctl)
-    if legacy is None:
-        return None
-    rc, out = dk.exec_argv(legacy, ["cat", LEGACY_STATE])  # an older proxy: read so that 'up' can replace it
-    if rc != 0:
-        raise DockerError(f"cannot read the routing table of {proxy_name(instance)}: {out}")
-    return ProxyState.from_json(out)
-
-
-def published_ports(instance: str) -> list[int]:
-    c = dk.inspect(proxy_name(instance))
-    if c is None:
-        return []
-    raw = dk.label(c, "ports")
-    return [int(p) for p in raw.split(",") if p]
-
-
-def has_control(instance: str) -> bool:
-    """Whether ``instance``'s proxy is this envctl's kind (a control service), not an older one."""
-    c = dk.inspect(proxy_name(instance))
-    return c is not None and controlled(c)
-
-
-def controlled(c: dk.Container) -> bool:
-    """Whether the proxy container ``c`` has this envctl's control service (an older proxy is replaced)."""
-    return bool(_TOKEN.match(dk.label(c, "control")))
+def load(ctl: Control) -> RoutingTable:
+    """The routing table the proxy holds (one request)."""
+    return RoutingTable.from_json(ctl.call("file/state.json", method="GET"))
 
 
 # -- servers at run time -------------------------------------------------------------------------------
-
-def lookup_addr(instance: str, name: str) -> str | None:
-    """``name``'s address on the instance's network (an engine call: done when a copy becomes ready)."""
-    c = dk.inspect(name)
-    if c is None or not c.state.running:
-        return None
-    nets = c.network_settings.networks or {}
-    net = nets.get(f"envctl-{instance}") or next(iter(nets.values()), None)
-    ip = getattr(net, "ip_address", None) if net is not None else None
-    return ip or None
-
 
 def _servers(ctl: Control) -> dict[str, dict[str, tuple[str, int, str]]]:
     """backend -> server -> (address, admin state, port), read from the live process."""
@@ -396,40 +290,36 @@ def _parse_servers(text: str) -> dict[str, dict[str, tuple[str, int, str]]]:
     return out
 
 
-def _fix(instance: str, state: ProxyState, live: dict[str, dict[str, tuple[str, int, str]]]) -> list[str]:
-    """Runtime API commands that make the live servers what ``state`` routes (none when they are)."""
+def _fix(state: RoutingTable, live: dict[str, dict[str, tuple[str, int, str]]]) -> tuple[list[str], list[str]]:
+    """(runtime API commands that make the live servers what ``state`` routes, the routed members whose address
+    ``state`` lacks or HAProxy could not use: the caller looks them up)."""
     cmds: list[str] = []
-    for port, r in sorted(state.routes.items()):
+    unknown: list[str] = []
+    addrs = state.routes.addrs
+    for port, r in sorted(state.routes.by_port.items()):
         be, want = f"b{port}", r.backend
         have = live.get(be, {})
         cur = have.get(want)
         if cur is None or cur[1] & (_MAINT | _DRAIN) or cur[2] != str(r.port) or cur[0] == "-":
-            ip = state.addrs.get(want)
+            ip = addrs.get(want)
             if ip is None or (cur is not None and cur[0] == ip and cur[1] & 0x20):
-                ip = lookup_addr(instance, want)
-                if ip:
-                    state.addrs[want] = ip
-            if ip and _NAME.match(want) and _ADDR.match(ip):
+                unknown.append(want)  # not recorded, or recorded but unusable (resolution maintenance)
+                if cur is None or cur[1] & (_MAINT | _DRAIN) == 0:
+                    continue  # no address for it (yet): nothing can be routed to it; what serves keeps serving
+            elif _NAME.match(want) and _ADDR.match(ip):
                 if cur is None:
                     cmds.append(f"add server {be}/{want} {ip}:{int(r.port)}")
                 cmds += [f"set server {be}/{want} addr {ip} port {int(r.port)}", f"set server {be}/{want} state ready"]
-            elif cur is None or cur[1] & (_MAINT | _DRAIN) == 0:
-                continue  # no such container (yet): nothing can be routed to it; what serves keeps serving
         for other, (_, admin, _) in have.items():
             if other != want and not admin & (_MAINT | _DRAIN):
                 cmds.append(f"set server {be}/{other} state drain")
-    return cmds
+    return cmds, unknown
 
 
-def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
-    """Look ``names`` (containers) up again and point the live servers of that name at where they are now:
-    a container restarted alone may have a new address, which nothing else would notice until its next
-    route change. ``state.addrs`` is updated (the caller's table, written when its block ends); returns
-    the names whose address changed. Engine calls: used by 'up' when it repairs a running copy."""
-    ctl, _ = _locate(instance)
-    if ctl is None:
-        return []
-    found = {n: lookup_addr(instance, n) for n in names if _NAME.match(n)}
+def refresh(ctl: Control, found: dict[str, str | None]) -> list[str]:
+    """Point the live servers named in ``found`` (member -> its address now) at that address: a member restarted
+    alone may have a new one, which nothing else would notice until its next route change. Returns the names
+    whose address changed."""
     cmds, moved = [], []
     for be, servers in _servers(ctl).items():
         for name, (addr, _, port) in servers.items():
@@ -437,67 +327,64 @@ def refresh(instance: str, state: ProxyState, names: list[str]) -> list[str]:
             if ip and _ADDR.match(ip) and addr != ip and port.isdigit():
                 cmds.append(f"set server {be}/{name} addr {ip} port {int(port)}")
                 moved.append(name)
-    for n, ip in found.items():
-        if ip:
-            state.addrs[n] = ip
     if cmds:
         command(ctl, "; ".join(cmds))
     return sorted(set(moved))
 
 
-def _settle(instance: str, ctl: Control, state: ProxyState, cmds: list[str], timeout: float = 10.0,
-            live: dict[str, dict[str, tuple[str, int, str]]] | None = None) -> None:
-    """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes
-    (``live``: what a write already read back)."""
+def settle(ctl: Control, state: RoutingTable, cmds: list[str] | None = None, timeout: float = 10.0,
+           live: dict[str, dict[str, tuple[str, int, str]]] | None = None) -> list[str]:
+    """Send ``cmds`` (one write), then read back until the live servers are what ``state`` routes (``live``: what a
+    write already read back). Returns the routed members whose address must be looked up first ([] when done)."""
     deadline = time.monotonic() + timeout
+    cmds = list(cmds or [])
     while True:
         if cmds:
             command(ctl, "; ".join(cmds))
-        cmds = _fix(instance, state, live if live is not None else _servers(ctl))
+        cmds, unknown = _fix(state, live if live is not None else _servers(ctl))
         live = None
+        if unknown and not cmds:
+            return unknown
         if not cmds:
-            return
+            return []
         if time.monotonic() > deadline:
-            raise DockerError(f"the front proxy of '{instance}' did not take the new routes: {'; '.join(cmds)[:300]}",
+            raise DockerError(f"the front proxy at {ctl.url} did not take the new routes: {'; '.join(cmds)[:300]}",
                               "run 'envctl up' to repair it")
         time.sleep(0.02)
 
 
-def apply(instance: str, state: ProxyState, ports: list[int] | None = None) -> None:
-    """Make ``state`` the routing table: written beside the config, then in force in the live proxy.
+def apply(ctl: Control, state: RoutingTable) -> list[str]:
+    """Make ``state`` the routing table: written beside the config, then in force in the live proxy. Returns the
+    routed members whose address ``state`` lacks (the caller looks them up and applies again).
 
-    A route change is one write to the runtime API (the new server in, the old one drained) and one
-    read-back; a change of the config's shape (ports, which ports route) reloads HAProxy gracefully."""
-    ctl, legacy = _locate(instance)
-    if ctl is None:
-        raise DockerError(f"the front proxy of '{instance}' is " + ("an older kind without a control socket"
-                          if legacy is not None else "not running"), "run 'envctl up' to recreate it")
-    ports = sorted(ports if ports is not None else (state.ports or published_ports(instance)))
-    old = _load(ctl)
-    shape = render(old, old.ports or ports, ctl.token, servers=False) != render(state, ports, ctl.token, servers=False)
-    if len(state.addrs) > 64:  # addresses of long-gone copies
-        keep = {r.backend for r in state.routes.values()}
-        for name in list(state.addrs)[: len(state.addrs) - 64]:
+    A route change is one write to the runtime API (the new server in, the old one drained) and one read-back;
+    a change of the config's shape (ports, which ports route) reloads HAProxy gracefully."""
+    old = load(ctl)
+    ports = sorted(state.routes.ports or old.routes.ports)
+    shape = render(old, old.routes.ports or ports, ctl.token, servers=False) != render(state, ports, ctl.token, servers=False)
+    addrs = state.routes.addrs
+    if len(addrs) > 64:  # addresses of long-gone copies
+        keep = {r.backend for r in state.routes.by_port.values()}
+        for name in list(addrs)[: len(addrs) - 64]:
             if name not in keep:
-                del state.addrs[name]
+                del addrs[name]
     # the optimistic write: computed from the table as it was (no read first)
-    cmds = [] if shape else _fix(instance, state, {
-        f"b{p}": {r.backend: ("?", 0, str(r.port))} for p, r in old.routes.items()})
+    cmds = [] if shape else _fix(state, {f"b{p}": {r.backend: ("?", 0, str(r.port))}
+                                         for p, r in old.routes.by_port.items()})[0]
     table, config = state.to_json(), render(state, ports, ctl.token)
     if shape:
         before = ctl.call("file/haproxy.cfg", method="GET")
         _write(ctl, "state.json", table)
         _write(ctl, "haproxy.cfg", config)
         try:
-            reload(instance, ctl, state)
+            return reload(ctl, state)
         except BaseException:  # HAProxy kept the old config: so do the table and the file it restarts on
             _write(ctl, "haproxy.cfg", before)
             _write(ctl, "state.json", old.to_json())
             raise
-    else:
-        # one request: the table and the config replaced, the commands run, the servers read back
-        live = ctl.call("apply", f"{len(table.encode())} {len(config.encode())}\n{table}{config}{'; '.join(cmds)}")
-        _settle(instance, ctl, state, [], live=_parse_servers(live))
+    # one request: the table and the config replaced, the commands run, the servers read back
+    live = ctl.call("apply", f"{len(table.encode())} {len(config.encode())}\n{table}{config}{'; '.join(cmds)}")
+    return settle(ctl, state, live=_parse_servers(live))
 
 
 def _master_ready(ctl: Control) -> bool:
@@ -527,7 +414,7 @@ def _worker_pid(ctl: Control) -> str:
     return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("Pid:")), "")
 
 
-def reload(instance: str, ctl: Control, state: ProxyState) -> None:
+def reload(ctl: Control, state: RoutingTable) -> list[str]:
     """Reload HAProxy on the config just written (master-worker: the listeners are handed over, the old
     process finishes what it has in flight) and wait until the new one serves ``state``'s routes.
 
@@ -543,17 +430,14 @@ def reload(instance: str, ctl: Control, state: ProxyState) -> None:
         if now and now != pid:
             break
         if time.monotonic() > deadline:
-            raise DockerError(f"the front proxy of '{instance}' did not reload", f"see 'docker logs {proxy_name(instance)}'")
+            raise DockerError(f"the front proxy at {ctl.url} did not reload", "see the proxy's logs ('docker logs')")
         time.sleep(0.02)
-    _settle(instance, ctl, state, [])
+    return settle(ctl, state)
 
 
-def addressed(instance: str, keys: dict[str, str]) -> int:
+def addressed(ctl: Control, keys: dict[str, str]) -> int:
     """How many requests the proxy has passed to these copies by ``X-Envctl-Backend`` (public port ->
-    "container:port"), since it started; -1 when it cannot tell (no proxy). One read of the live proxy."""
-    ctl, _ = _locate(instance)
-    if ctl is None:
-        return -1
+    "member:port"), since it started. One read of the live proxy."""
     total = 0
     cmds = [f"show table h{int(p)} key {k}" for p, k in sorted(keys.items()) if _ADDR_KEY.match(k)]
     for m in re.finditer(r"http_req_cnt=(\d+)", command(ctl, "; ".join(cmds)) if cmds else ""):
@@ -561,17 +445,11 @@ def addressed(instance: str, keys: dict[str, str]) -> int:
     return total
 
 
-def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:
-    """Before ``names`` (containers) are removed: wait until the proxy has no request in flight on them
+def retire(ctl: Control, names: list[str], timeout: float = 30.0) -> list[str]:
+    """Before ``names`` (members) are removed: wait until the proxy has no request in flight on them
     (they are drained: no new ones arrive), then drop them from the live proxy; returns any still busy
     after ``timeout`` (removed anyway by the caller)."""
-    try:
-        ctl, _ = _locate(instance)
-    except DockerError:
-        return []
-    if ctl is None:
-        return []
-    routed = {r.backend for r in _load(ctl).routes.values()}
+    routed = {r.backend for r in load(ctl).routes.by_port.values()}
     names = [n for n in names if n not in routed and _NAME.match(n)]
     deadline = time.monotonic() + timeout
     while True:
@@ -591,15 +469,11 @@ def retire(instance: str, names: list[str], timeout: float = 30.0) -> list[str]:
 
 
 @contextmanager
-def hold(instance: str, ports: list[int], limit: float = 60.0, drain: float = 10.0) -> Iterator[None]:
+def hold(ctl: Control | None, ports: list[int], limit: float = 60.0, drain: float = 10.0) -> Iterator[None]:
     """Hold new requests on ``ports`` (they wait in the proxy, up to ``limit`` seconds) and wait until the
     ones in flight have ended (up to ``drain``); release on exit. Used while a site's database is
     restored inside the running copy, so clients see a delay instead of an error. The hold carries a
     deadline, so a holder killed mid-way holds requests no longer than ``limit``."""
-    try:
-        ctl, _ = _locate(instance)
-    except DockerError:
-        ctl = None
     if ctl is None or not ports:
         yield
         return
@@ -618,49 +492,22 @@ def hold(instance: str, ports: list[int], limit: float = 60.0, drain: float = 10
         command(ctl, "; ".join(f"del map {HOLD_MAP} {int(p)}" for p in ports))
 
 
-# -- the container --------------------------------------------------------------------------------------
+# -- a new proxy ---------------------------------------------------------------------------------------
 
-def create(instance: str, network: str, bind: str, ports: list[int], labels: dict[str, str],
-           state: ProxyState | None = None, *, image: str) -> None:
-    """(Re)create the proxy from ``image`` publishing ``ports`` on ``bind``; keeps ``state`` when given.
-    The image is the caller's to provide (envctl.lab builds it with envctl.images): this backend of the
-    local engine never builds images. The new proxy gets a new token; its config and table travel in its
-    environment (written into the container once, at its first start)."""
-    name = proxy_name(instance)
-    dk.remove([name])
-    _forget(instance)
+def spec(settings: InstanceSettings, ports: list[int], state: RoutingTable, image: str) -> ProxySpec:
+    """What a new proxy of ``settings``'s instance is: ``image`` publishing ``ports`` on its bind address, a new
+    token (its ``envctl.control`` label), its config and table in its environment (written into it once, at its
+    first start)."""
     token = secrets.token_hex(32)  # hex: a token starting with "-" would read as a flag in the config
-    state = state or ProxyState()
-    state.ports = sorted(ports)
+    state.routes.ports = sorted(ports)
     b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
-    spec = dk.RunSpec(
-        name=name,
-        image=image,
-        labels={**labels, "envctl.role": "proxy", "envctl.ports": ",".join(str(p) for p in sorted(ports)),
-                "envctl.control": token},
-        network=network,
-        env={"ENVCTL_PROXY_CONFIG": b64(render(state, state.ports, token)), "ENVCTL_PROXY_STATE": b64(state.to_json())},
-        publish=[(f"{bind}:{p}", p) for p in sorted(ports)],
-        memory="256m",
-    )
-    try:
-        dk.run(spec)
-        dk.wait_running(name)
-        found, _ = _locate(instance)
-        if found is None:
-            raise DockerError(f"the front proxy {name} did not start", f"see 'docker logs {name}'")
-        _settle(instance, found, state, [])
-    except BaseException:
-        dk.remove([name])  # a proxy that could not publish its ports is worth nothing: leave none behind
-        _forget(instance)
-        raise
+    return ProxySpec(settings.name, image, settings.bind, sorted(ports),
+                     {**settings.labels(), "envctl.role": "proxy",
+                      "envctl.ports": ",".join(str(p) for p in sorted(ports)), "envctl.control": token},
+                     {"ENVCTL_PROXY_CONFIG": b64(render(state, state.routes.ports, token)),
+                      "ENVCTL_PROXY_STATE": b64(state.to_json())})
 
 
-def remove(instance: str) -> None:
-    dk.remove([proxy_name(instance)])
-    _forget(instance)
-
-
-__all__ = ["ProxyState", "Route", "Control", "ProxyUnreachable", "proxy_name", "read_state", "apply", "create",
-           "remove", "published_ports", "retire", "hold", "lookup_addr", "refresh", "control_cache", "has_control", "controlled",
-           "command", "control_url"]
+__all__ = ["Route", "Control", "ProxyUnreachable", "locate", "known", "load", "apply", "settle", "refresh", "retire",
+           "hold", "addressed", "spec", "forget", "remember", "control_cache", "command", "control_url", "render",
+           "BACKEND_HEADER", "proxy_name"]

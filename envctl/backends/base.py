@@ -1,0 +1,340 @@
+"""The engine seam: what a backend does with an instance's copies (docs/architecture.md, "The engine seam").
+
+A *backend* is where an instance's copies run: :class:`envctl.backends.local.LocalBackend` (containers on
+one Docker engine) or :class:`envctl.backends.swarm.SwarmBackend` (services on a Docker Swarm). Everything
+above it — reset tiers, ready copies, snapshots, logins, fingerprints, leases — is written once, against
+:class:`Backend`, and reaches it only through :class:`envctl.instance.Instance`.
+
+A *copy* of a site is one member per service of the site's flavor, sharing a random ``slot`` id and named
+``envctl-<instance>-<site>-<service>-<slot>``: the name the instance's front proxy and its network's DNS
+address the member by (a container's name on one engine, a service's name on a swarm). Copies publish
+no host ports; the front proxy routes to the active one. Everything about a copy is in its labels.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from envctl.catalog import Deployment
+
+LABEL = "envctl"
+Progress = Callable[[str, str, str], None]  # (site, phase, detail)
+
+
+def _noop(*_: str) -> None:
+    pass
+
+
+def network_name(instance: str) -> str:
+    """The instance's private network (its copies and its front proxy)."""
+    return f"envctl-{instance}"
+
+
+def proxy_name(instance: str) -> str:
+    """The instance's front proxy (a container, or a service on a swarm)."""
+    return f"envctl-{instance}-proxy"
+
+
+def member_name(instance: str, site: str, service: str, slot: str) -> str:
+    """What a copy's member of ``service`` is called (and addressed by on the instance's network)."""
+    return f"envctl-{instance}-{site}-{service}-{slot}".replace("_", "-")
+
+
+@dataclass(frozen=True)
+class InstanceSettings:
+    """An instance's settings, kept in the labels of its proxy and network (never in a side file)."""
+
+    name: str = "default"
+    flavor: str = "full"
+    public_host: str = "127.0.0.1"
+    bind: str = "127.0.0.1"
+    port_offset: int = 0
+    scheme: str = "http"
+    data_dir: str = ""
+    backend: str = "local"  # local | swarm
+    node: str = ""  # swarm: the node the instance's copies run on ('' until placed)
+
+    @property
+    def deployment(self) -> Deployment:
+        return Deployment(self.public_host, self.scheme, self.port_offset, self.data_dir, self.name)
+
+    def labels(self) -> dict[str, str]:
+        out = {"envctl.instance": self.name, "envctl.flavor": self.flavor, "envctl.public_host": self.public_host,
+               "envctl.bind": self.bind, "envctl.port_offset": str(self.port_offset), "envctl.scheme": self.scheme,
+               "envctl.backend": self.backend}
+        if self.node:
+            out["envctl.node"] = self.node
+        return out
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str], data_dir: str = "") -> "InstanceSettings":
+        return cls(labels["envctl.instance"], labels.get("envctl.flavor", "full"),
+                   labels.get("envctl.public_host", "127.0.0.1"), labels.get("envctl.bind", "127.0.0.1"),
+                   int(labels.get("envctl.port_offset", "0")), labels.get("envctl.scheme", "http"), data_dir,
+                   labels.get("envctl.backend", "local"), labels.get("envctl.node", ""))
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a copy (a container; a service's task on a swarm), as listed: read together, once."""
+
+    service: str
+    name: str  # the name the proxy and the network's DNS address it by
+    id: str  # the engine's id of its container
+    labels: dict[str, str]
+    status: str  # running | paused | exited | created | dead | '' (gone)
+    image: str = ""  # the image id it runs
+    node: str = ""  # swarm: the node it runs on
+    address: str = ""  # its address on the instance's network, when the listing knows it
+    exit_code: int = 0
+    oom_killed: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("running", "paused")
+
+    def label(self, key: str, default: str = "") -> str:
+        return self.labels.get(f"{LABEL}.{key}", default)
+
+
+@dataclass
+class Copy:
+    """A copy of a site: its members by service, sharing ``slot``."""
+
+    site: str
+    slot: str
+    members: dict[str, Member] = field(default_factory=dict)  # service -> member
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.members.values()]
+
+    def running(self) -> bool:
+        return bool(self.members) and all(m.running for m in self.members.values())
+
+    @property
+    def golden(self) -> str:
+        return next((m.label("golden") for m in self.members.values() if m.label("golden")), "")
+
+    @property
+    def created(self) -> float:
+        return min((float(m.label("created", "0")) for m in self.members.values()), default=0.0)
+
+    @property
+    def roles(self) -> set[str]:
+        return {m.label("role") for m in self.members.values()}
+
+
+@dataclass
+class ServiceSpec:
+    """One member to start: everything the catalog says about it, rendered for this copy."""
+
+    service: str
+    name: str
+    image: str
+    labels: dict[str, str]
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: list[tuple[str, str, str]] = field(default_factory=list)  # (source, target, ro|rw)
+    links: dict[str, str] = field(default_factory=dict)  # alias -> name of a member started before it
+    memory: str | None = None
+    tmpfs: list[str] = field(default_factory=list)
+    user: str | None = None
+    stop_timeout: int | None = None
+    restart: str = "no"
+    ready: tuple[str, ...] = ()  # a command that succeeds once the member accepts the configure steps
+
+
+@dataclass
+class CopySpec:
+    """A copy to boot: its members in dependency order, and what labels its named volumes get."""
+
+    instance: str
+    site: str
+    slot: str
+    services: list[ServiceSpec]
+    timeout: float  # how long each member may take to accept commands
+    volume_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """The instance's front proxy: an image publishing ``ports`` on ``bind`` (a port per site port)."""
+
+    instance: str
+    image: str
+    bind: str
+    ports: list[int]
+    labels: dict[str, str]
+    env: dict[str, str]
+    memory: str = "256m"
+
+
+@dataclass(frozen=True)
+class ProxyInfo:
+    """A front proxy as the backend finds it: how to reach its control service, and its labels."""
+
+    name: str
+    labels: dict[str, str]
+    running: bool
+    host: str  # where its published ports answer (127.0.0.1 on this machine; a node's address on a swarm)
+
+    @property
+    def token(self) -> str:
+        return self.labels.get("envctl.control", "")
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(p) for p in self.labels.get("envctl.ports", "").split(",") if p.isdigit()]
+
+
+@dataclass(frozen=True)
+class MemberMemory:
+    """A container or service the memory plan counts: its labels, limit (bytes, 0: none) and measured use."""
+
+    labels: dict[str, str]
+    limit: int
+    measured: int | None
+    running: bool
+
+
+class Backend(ABC):
+    """Where an instance's copies run. Instances, copies, steps in them, commits, images, the front proxy."""
+
+    kind: str = ""
+
+    # -- instances --------------------------------------------------------------------------------
+    @abstractmethod
+    def instance_labels(self, instance: str) -> dict[str, str] | None:
+        """The labels an instance's settings are kept in (its proxy's, else its network's); None: no such instance."""
+
+    @abstractmethod
+    def proxies(self) -> list[tuple[dict[str, str], str]]:
+        """(labels, state) of every instance's front proxy on this backend."""
+
+    @abstractmethod
+    def prepare(self, settings: InstanceSettings) -> tuple[InstanceSettings, bool]:
+        """Make the instance's network (and, on a swarm, choose its node); (settings as placed, whether the
+        network existed before)."""
+
+    @abstractmethod
+    def remove_network(self, instance: str) -> bool:
+        """Remove the instance's network; False when the engine keeps it (a stale endpoint)."""
+
+    # -- copies -----------------------------------------------------------------------------------
+    @abstractmethod
+    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
+             cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
+        """Start every member of ``spec`` (in order) and wait until each accepts commands (its ``ready``);
+        on failure remove what was made: nothing half-made is left."""
+
+    @abstractmethod
+    def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
+        """The copies of ``instance`` (of ``site``), by (site, slot), listed by label (the proxy left out)."""
+
+    @abstractmethod
+    def remove(self, names: list[str]) -> None:
+        """Remove members (by name) and their anonymous volumes; one already gone is no failure."""
+
+    @abstractmethod
+    def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
+        """Run argv inside ``member`` (wherever it runs); (exit code, output)."""
+
+    @abstractmethod
+    def member(self, name: str) -> Member | None:
+        """One member as it is now (None: gone)."""
+
+    @abstractmethod
+    def logs(self, member: Member, tail: int = 30) -> str: ...
+
+    @abstractmethod
+    def follow(self, member: Member) -> Iterator[str]: ...
+
+    @abstractmethod
+    def stop(self, member: Member, timeout: int | None = None) -> None: ...
+
+    @abstractmethod
+    def start(self, copy: Copy) -> Copy:
+        """Start a stopped copy again (after a clean-stop commit); the copy as it runs now."""
+
+    @abstractmethod
+    def freeze(self, members: list[Member]) -> None: ...
+
+    @abstractmethod
+    def thaw(self, members: list[Member]) -> None: ...
+
+    @abstractmethod
+    def commit(self, member: Member, tag: str, labels: dict[str, str], workdir: Path | None = None) -> object:
+        """Commit ``member`` (its declared volumes' contents too) as ``tag``; with ``workdir``, only the part
+        that must see one instant (a capture to :meth:`finish_commit` while the copy runs on)."""
+
+    @abstractmethod
+    def finish_commit(self, capture: object) -> str: ...
+
+    # -- images -----------------------------------------------------------------------------------
+    @abstractmethod
+    def image_exists(self, ref: str) -> bool: ...
+
+    @abstractmethod
+    def image_id(self, ref: str) -> str: ...
+
+    @abstractmethod
+    def image_labels(self, ref: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    def images_labelled(self, label_key: str) -> list[tuple[str, list[str], dict[str, str], int]]:
+        """(id, tags, labels, size) of every image carrying ``label_key``."""
+
+    @abstractmethod
+    def remove_image(self, ref: str) -> None: ...
+
+    def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
+        """Make images reachable wherever a copy may boot (a no-op on one engine)."""
+
+    # -- the front proxy ----------------------------------------------------------------------------
+    @abstractmethod
+    def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo: ...
+
+    @abstractmethod
+    def proxy(self, instance: str) -> ProxyInfo | None: ...
+
+    @abstractmethod
+    def remove_proxy(self, instance: str) -> None: ...
+
+    @abstractmethod
+    def address(self, instance: str, name: str) -> str | None:
+        """``name``'s address on the instance's network (what the proxy's runtime servers point at)."""
+
+    # -- ports, volumes, memory -------------------------------------------------------------------------
+    @abstractmethod
+    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
+        """'' when ``port`` can be published for the instance, else who holds it."""
+
+    @abstractmethod
+    def volumes(self, instance: str, site: str | None = None) -> list[str]: ...
+
+    @abstractmethod
+    def remove_volumes(self, names: list[str]) -> dict[str, str]: ...
+
+    @abstractmethod
+    def memory(self) -> tuple[list[MemberMemory], int, str]:
+        """Every envctl member's labels, limit and measured use; bytes used by everything; how measured."""
+
+    def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
+        """Bytes of memory where the instance's copies run (None: this machine's)."""
+        return None
+
+    def where(self, settings: InstanceSettings) -> str:
+        """Where the instance runs, for humans ('' on this machine)."""
+        return ""
+
+    @abstractmethod
+    def info(self) -> dict[str, object]:
+        """The engine's version, storage driver, data root, CPUs (EngineUnavailable when it cannot be asked)."""
+
+    def engine_check(self) -> None:
+        """Raise EngineUnavailable (one line, with the fix) when the backend cannot be used now."""
+        self.info()

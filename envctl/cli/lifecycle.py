@@ -1,0 +1,245 @@
+"""envctl up, down, status, health, env, instances, logs, exec, login."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from dataclasses import asdict
+
+from envctl.cli.core import (Ctx, _exit_unless, _finite, _check_region, _sites, auth_dir_option, cli, flavor_option,
+                             instance_option, json_option, pass_ctx, sites_argument)
+from envctl.cli.serving import _pool_leases, _show_pool
+from envctl.errors import EnvctlError, UsageError
+
+
+# -- lifecycle -----------------------------------------------------------------------------------
+@cli.command()
+@sites_argument
+@click.option("--all", "all_sites", is_flag=True, help="every site of the catalog (the default)")
+@flavor_option
+@instance_option
+@click.option("--public-host", default=None, help="host name the browser and harness use [127.0.0.1]")
+@click.option("--bind", default=None, help="address the public ports bind to [127.0.0.1]")
+@click.option("--port-offset", type=click.IntRange(0, 60000), default=None, help="add N to every public port [0]")
+@click.option("--no-wait", is_flag=True, help="do not wait for health probes")
+@click.option("--login/--no-login", default=True, show_default=True, help="seed login state files when healthy")
+@auth_dir_option
+@click.option("--spares", type=click.IntRange(0, 8), default=None,
+              help="pre-boot K pristine spares per site for ~1 s resets (booted in the background)")
+@json_option
+@pass_ctx
+def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | None, instance: str,
+       public_host: str | None, bind: str | None, port_offset: int | None, no_wait: bool, login: bool,
+       auth_dir: str | None, spares: int | None, as_json: bool) -> None:
+    """Start sites (all by default), configure them and wait until every one is healthy."""
+    from envctl.render import SiteProgress, emit_json, table
+
+    if site_names and all_sites:
+        raise click.UsageError("name sites or pass --all, not both")
+    lab = ctx.lab(instance, auth_dir)
+    with SiteProgress(json_events=as_json) as progress:
+        result = lab.up(list(site_names), all_sites=all_sites or not site_names, flavor=flavor,
+                        public_host=public_host, bind=bind, port_offset=port_offset, wait=not no_wait, login=login,
+                        spares=spares, progress=progress)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        table(f"instance {result.instance} ({result.flavor}) in {result.seconds:.1f}s",
+              ["site", "url", "state", "create", "boot", "configure", "healthy"],
+              [[s.site, s.url, "[green]healthy[/]" if s.ok else f"[red]{s.action}[/]",
+                *(f"{s.timings[k]:.1f}s" if k in s.timings else "-" for k in ("create", "boot", "configure", "healthy"))]
+               for s in result.sites])
+        for s in result.sites:
+            if not s.ok:
+                click.echo(f"error: {s.site}: {s.error}", err=True)
+        if result.login_error:
+            click.echo(f"error: login state: {result.login_error}", err=True)
+        elif result.login_files:
+            click.echo(f"login state: {len(result.login_files)} files in {lab.auth_dir}/", err=True)
+        if result.spares:
+            click.echo("spares (booting in the background): "
+                       + ", ".join(f"{n} {k}" for n, k in result.spares.items()), err=True)
+        for why in result.spares_short.values():  # the capacity plan gave a site fewer than it wants
+            click.echo(f"fewer spares: {why}", err=True)
+    _exit_unless(result.ok)
+
+
+@cli.command()
+@sites_argument
+@instance_option
+@click.option("--volumes", is_flag=True, help="also remove the instance's named volumes")
+@json_option
+@pass_ctx
+def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, volumes: bool, as_json: bool) -> None:
+    """Stop and remove what envctl made for the instance (only that, found by label)."""
+    from envctl.render import emit_json
+
+    result = ctx.lab(instance).down(_sites(ctx, site_names), volumes=volumes)
+    if as_json:
+        return emit_json(result.to_dict())
+    click.echo(f"removed {len(result.removed)} containers of instance '{instance}'")
+
+
+@cli.command()
+@instance_option
+@json_option
+@pass_ctx
+def status(ctx: Ctx, instance: str, as_json: bool) -> None:
+    """Per site: containers, roles, health (each probe with latency), URL, flavor, image, uptime."""
+    from envctl.render import emit_json, table
+
+    pool = _pool_leases(instance)
+    lab = ctx.lab(instance)
+    if pool is not None and lab.settings() is None:  # a lease pool's name: its members and their leases
+        if as_json:
+            return emit_json(pool)
+        _show_pool(instance, pool)
+        return
+    st = lab.status()
+    if as_json:
+        emit_json({**st.to_dict(), **({"pool": pool} if pool is not None else {})})
+        _exit_unless(st.healthy)
+        return
+    rows = []
+    for s in st.sites:
+        probes = " ".join(f"{p['name']}:{'ok' if p['ok'] else 'FAIL'}({p['latency_ms']:.0f}ms)" for p in s.probes)
+        active = [c for c in s.containers if c.role == "active"]
+        rows.append([s.site, s.url, "[green]healthy[/]" if s.healthy else "[red]unhealthy[/]", probes,
+                     active[0].image if active else "-", f"{active[0].uptime_s:.0f}s" if active else "-",
+                     f"{s.spares_ready}/{s.spares_wanted}" if s.spares_wanted or s.spares_note else s.spares_ready])
+    table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind})",
+          ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+    for s in st.sites:
+        if s.spares_note:  # the capacity plan gave it fewer spares than the catalog wants
+            click.echo(f"fewer spares: {s.spares_note}")
+    if st.lease:
+        left = float(st.lease.get("expires", 0) or 0) - time.time()
+        click.echo(f"lease: {st.lease.get('state')} in pool {st.lease.get('pool')}"
+                   + (f", held by {st.lease.get('holder') or '?'} ({', '.join(st.lease.get('sites') or [])}), "
+                      f"expires in {left:.0f}s" if st.lease.get("state") == "leased" else ""))
+    if pool is not None:
+        _show_pool(instance, pool)
+    _exit_unless(st.healthy)
+
+
+@cli.command()
+@sites_argument
+@instance_option
+@click.option("--wait", is_flag=True, help="wait (up to each site's deadline) until healthy")
+@json_option
+@pass_ctx
+def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_json: bool) -> None:
+    """Run the sites' health probes now."""
+    from envctl.render import emit_json, table
+
+    res = ctx.lab(instance).health(_sites(ctx, site_names), wait=wait)
+    ok = all(p.ok for ps in res.values() for p in ps)
+    if as_json:
+        emit_json({"ok": ok, "sites": {k: [p.to_dict() for p in v] for k, v in res.items()}})
+    else:
+        table(None, ["site", "probe", "ok", "latency", "detail"],
+              [[s, p.name, "ok" if p.ok else "[red]FAIL[/]", f"{p.latency_ms:.0f}ms", p.detail[:80]]
+               for s, ps in res.items() for p in ps])
+    _exit_unless(ok)
+
+
+@cli.command("env")
+@click.option("--format", "fmt", type=click.Choice(["shell", "dotenv", "json", "browsergym", "agentlab"]),
+              default="shell", show_default=True)
+@click.option("--benchmark", type=click.Choice(["webarena", "visualwebarena"]), default="webarena",
+              show_default=True, help="which harness's names (shell/dotenv)")
+@instance_option
+@json_option
+@pass_ctx
+def env_cmd(ctx: Ctx, fmt: str, benchmark: str, instance: str, as_json: bool) -> None:
+    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym or AgentLab expect them.
+
+    With --json, shell/dotenv/browsergym print the same variables as one flat JSON object."""
+    from envctl.envformat import format_env, values
+    from envctl.render import emit_json
+
+    lab = ctx.lab(instance)
+    if fmt != "agentlab" and lab.settings() is None:
+        raise EnvctlError(f"instance '{instance}' does not exist on this Docker engine",
+                          "start it with 'envctl up', or see 'envctl instances'")
+    if as_json and fmt in ("shell", "dotenv", "browsergym"):
+        return emit_json(values(lab, fmt, benchmark))
+    click.echo(format_env(lab, fmt, benchmark), nl=False)
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def instances(ctx: Ctx, as_json: bool) -> None:
+    """Every envctl instance on this engine with its URL set."""
+    from envctl.lab import Lab
+    from envctl.render import emit_json, table
+
+    found = Lab.instances(ctx.catalog)
+    if as_json:
+        return emit_json([i.to_dict() for i in found])
+    table(None, ["instance", "flavor", "state", "bind", "offset", "sites", "homepage"],
+          [[i.instance, i.flavor, i.state, i.bind, i.port_offset, ",".join(i.sites),
+            i.webarena.get("HOMEPAGE", "")] for i in found])
+
+
+@cli.command()
+@click.argument("site")
+@click.option("--service", default=None, help="service of a multi-container site (e.g. db)")
+@click.option("-f", "--follow", is_flag=True)
+@click.option("--tail", type=click.IntRange(0, 1_000_000), default=100, show_default=True)
+@instance_option
+@pass_ctx
+def logs(ctx: Ctx, site: str, service: str | None, follow: bool, tail: int, instance: str) -> None:
+    """Logs of a site's active container."""
+    lab = ctx.lab(instance)
+    if follow:
+        for chunk in lab.follow_logs(site, service=service):
+            click.echo(chunk, nl=False)
+    else:
+        click.echo(lab.logs(site, service=service, tail=tail), nl=False)
+
+
+@cli.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("site")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--service", default=None)
+@instance_option
+@pass_ctx
+def exec_cmd(ctx: Ctx, site: str, argv: tuple[str, ...], service: str | None, instance: str) -> None:
+    """Run a command in a site's active container: envctl exec shopping -- mysql -e 'SELECT 1'."""
+    rc, out = ctx.lab(instance).exec(site, list(argv), service=service)
+    click.echo(out)
+    sys.exit(rc)
+
+
+@cli.command()
+@sites_argument
+@click.option("--all", "all_sites", is_flag=True, help="every login site that is up (the default)")
+@instance_option
+@click.option("--out", "out", default=None, help="folder for the state files [.auth]")
+@click.option("--check", "check_only", is_flag=True, help="validate existing files with the expiry probes; no login")
+@click.option("--max-age", default=None, help="renew files older than this (90s, 30m, 12h, 2d); keep younger valid ones")
+@json_option
+@pass_ctx
+def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str, out: str | None, check_only: bool,
+          max_age: str | None, as_json: bool) -> None:
+    """Log in with each site's benchmark account; write Playwright storage_state files named as upstream."""
+    from envctl.render import emit_json, table
+
+    if site_names and all_sites:
+        raise click.UsageError("name sites or pass --all, not both")
+    report = ctx.lab(instance).login_report(_sites(ctx, site_names), out=out, check_only=check_only, max_age=max_age)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        table(None, ["file", "ok", "action", "seconds", "problem"],
+              [[f.name, "[green]ok[/]" if f.ok else "[red]FAIL[/]", f.action, f"{f.seconds:.1f}", f.error]
+               for f in report.files])
+    _exit_unless(report.ok)
+
+

@@ -1,0 +1,144 @@
+"""Login state around resets: where it goes, how a reset renews it, and the copies kept with snapshots.
+
+Resets renew login files with ``auth`` (over HTTP where the site declares ``login.http``: no browser);
+a ready copy's files are made before it is listed ready (staged), and moved into place when it is
+routed; a snapshot keeps the files of its instant (its sessions are in it) to put back on restore.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from envctl.auth import Target, combo_of, login_sites
+from envctl.auth.check import ProbeSpec
+from envctl.auth.httplogin import probe_state
+from envctl.errors import NoBrowser
+from envctl.instance import Instance
+from envctl.routing.table import RoutingTable
+
+
+@dataclass(frozen=True)
+class Logins:
+    """Where resets write login state, and the catalog a detached worker must load."""
+
+    auth_dir: Path
+    catalog_path: str | None = None
+
+    def staged(self, site: str, slot: str) -> Path:
+        """Pre-made login files of a ready copy, moved into ``auth_dir`` when it is routed."""
+        return self.auth_dir / ".spares" / f"{site}-{slot}"
+
+    def stash(self, site: str, name: str) -> Path:
+        """The login files kept with snapshot ``name`` of ``site``."""
+        return self.auth_dir / ".snapshots" / f"{site}-{name}"
+
+
+def renew(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | None = None,
+          headers: dict[str, str] | None = None, table: RoutingTable | None = None) -> None:
+    """Renew login state files for ``sites`` (into ``out_dir``, through ``headers``).
+
+    Sites whose login is a plain form post (catalog ``login.http``) are renewed over HTTP, with no
+    browser; Chromium is started only for files touching a site that needs it."""
+    with_login = [s for s in sites if inst.catalog.site(s).login]
+    if not with_login:
+        return
+    table = table or inst.table()
+    up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login)
+    target = Target(inst.catalog, inst.settings.deployment, Path(out_dir or logins.auth_dir), inst.flavor, up,
+                    tuple(sorted((headers or {}).items())))
+    login_sites(target, with_login, http=True)
+
+
+def renew_or_note(inst: Instance, logins: Logins, sites: list[str]) -> str:
+    """:func:`renew`; on a machine without a browser, why the files were not renewed ('' when they were)."""
+    try:
+        renew(inst, logins, sites)
+        return ""
+    except NoBrowser as exc:  # a lab host: the sites are pristine, their login files not renewed
+        return f"login files not renewed: {str(exc).splitlines()[0]}"
+
+
+def install_staged(logins: Logins, site: str, slot: str) -> bool:
+    """Move a ready copy's pre-made login files into the auth dir (atomic renames); False if none."""
+    staged = logins.staged(site, slot)
+    files = sorted(staged.glob("*_state.json")) if staged.is_dir() else []
+    for f in files:
+        os.replace(f, logins.auth_dir / f.name)
+    shutil.rmtree(staged, ignore_errors=True)
+    return bool(files)
+
+
+def drop_staged(logins: Logins, site: str, slot: str) -> None:
+    shutil.rmtree(logins.staged(site, slot), ignore_errors=True)
+
+
+def site_files(folder: Path, site: str) -> list[Path]:
+    """The login state files in ``folder`` that log ``site`` in (alone or paired)."""
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.glob("*_state.json") if site in combo_of(f.name))
+
+
+def stash(logins: Logins, site: str, name: str) -> int:
+    """Keep a copy of ``site``'s login files as of snapshot ``name`` (their sessions are in it); how many."""
+    dest = logins.stash(site, name)
+    shutil.rmtree(dest, ignore_errors=True)
+    files = site_files(logins.auth_dir, site)
+    if not files:
+        return 0
+    dest.mkdir(parents=True, mode=0o700)
+    for f in files:
+        shutil.copyfile(f, dest / f.name)
+        os.chmod(dest / f.name, 0o600)
+    return len(files)
+
+
+def drop_stash(logins: Logins, site: str, name: str) -> None:
+    shutil.rmtree(logins.stash(site, name), ignore_errors=True)
+
+
+def file_problem(inst: Instance, path: Path, headers: dict[str, str] | None = None) -> str:
+    """'' when the state file at ``path`` logs each of its sites in (the upstream expiry probe over HTTP:
+    :func:`envctl.auth.httplogin.probe_state`, the one cookie rule envctl has), else what was seen instead."""
+    specs = [ProbeSpec.of(inst.catalog, s, inst.settings.deployment) for s in combo_of(path.name)
+             if s in inst.catalog.sites and inst.catalog.site(s).login is not None]
+    try:
+        problems = probe_state(specs, path, headers, timeout=15)
+    except (OSError, ValueError) as exc:
+        return f"{path.name}: unreadable ({exc})"
+    return "; ".join(problems)
+
+
+def after_restore(inst: Instance, logins: Logins, site: str, name: str) -> str:
+    """Make ``site``'s login files valid for the copy restored from snapshot ``name``: kept | stash | renewed | none.
+
+    A site's session store is part of its state, so a file made before the snapshot is valid again; one
+    that no longer logs in (made after it) is replaced by the copy stashed with the snapshot, and only when
+    that fails too is the site logged in again."""
+    files = site_files(logins.auth_dir, site)
+    if not files or inst.catalog.site(site).login is None:
+        return "none"
+    action = "kept"
+    bad = []
+    for f in files:
+        if not file_problem(inst, f):
+            continue
+        stashed = logins.stash(site, name) / f.name
+        if stashed.is_file() and not file_problem(inst, stashed):
+            tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
+            shutil.copyfile(stashed, tmp)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, f)
+            action = "stash"
+        else:
+            bad.append(f.name)
+    if bad:
+        note = renew_or_note(inst, logins, [site])
+        action = "renewed" if not note else "not renewed: no browser on this machine"
+    return action
+
+
+__all__ = ["Logins", "renew", "renew_or_note", "install_staged", "drop_staged", "site_files", "stash", "drop_stash",
+           "file_problem", "after_restore"]
