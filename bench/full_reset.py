@@ -22,7 +22,7 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.provision import proxy
+from envctl.routing import proxy
 from envctl.serve import serve
 
 INSTANCE, OFFSET = "bench-fullreset", 28000
@@ -52,7 +52,7 @@ def spares_back(lab: Lab, sites: list[str], timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while True:
         st = proxy.read_state(lab.instance)
-        if st is not None and all(len(st.spares.get(s, [])) >= st.wanted.get(s, 0) for s in sites):
+        if st is not None and all(len(st.ready.spares(s)) >= st.ready.want(s) for s in sites):
             return
         if time.monotonic() > deadline:
             raise SystemExit(f"spares not back within {timeout:.0f}s")

@@ -23,7 +23,7 @@ from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
 from envctl.leases.pool import auth_dir
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 from envctl.serve import make_pool, serve
 
 POOL, BASE_OFFSET = "lsbench", 33000
@@ -132,7 +132,7 @@ def main() -> None:
         for ep in range(n):
             base_dirty += not shared.verify("reddit").ok
             post(base, f"bench shared e{ep} {uuid.uuid4().hex[:6]}")
-            [res] = shared.reset(["reddit"], replenish_async=args.spares > 0)
+            [res] = shared.reset(["reddit"], refill=args.spares > 0)
             if not res.ok:
                 errors.append(f"shared e{ep}: reset failed: {res.error}")
         shared_s = time.monotonic() - t

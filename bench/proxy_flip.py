@@ -24,8 +24,8 @@ from pathlib import Path
 import requests
 
 from envctl.images.build import PROXY_IMAGE, ImageBuild, build, proxy_build
-from envctl.provision import docker as dk
-from envctl.provision import proxy
+from envctl.backends.docker import ENGINE as dk
+from envctl.routing import proxy
 
 NET, OLD, NEW, OLD_PORT, NEW_PORT = "envctl-pxbench", "envctl-pxbench-old-proxy", "pxbench", 45991, 45992
 APP = ("import http.server,os\nclass H(http.server.BaseHTTPRequestHandler):\n def do_GET(self):\n"

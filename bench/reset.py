@@ -31,7 +31,7 @@ from pathlib import Path
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.provision import proxy
+from envctl.routing import proxy
 
 INSTANCE, OFFSET = "bench-reset", 27000
 
@@ -51,7 +51,7 @@ def pct(values: list[float], p: float) -> float:
 
 def spares_ready(lab: Lab, site: str) -> int:
     st = proxy.read_state(lab.instance)
-    return len(st.spares.get(site, [])) if st else 0
+    return len(st.ready.spares(site)) if st else 0
 
 
 def wait_spare(lab: Lab, site: str, timeout: float = 300) -> float:
@@ -81,7 +81,7 @@ def episodes(args: argparse.Namespace) -> int:
     try:
         t0 = time.monotonic()
         for s in sites:
-            if res.spares.get(s):
+            if res.ready.spares(s):
                 wait_spare(lab, s)
         refill = time.monotonic() - t0  # how long the pool takes to fill (booted one site after another)
         episode = args.episode if args.episode is not None else max(5.0, 1.5 * refill)
@@ -99,14 +99,14 @@ def episodes(args: argparse.Namespace) -> int:
                                                                   for s in sites), file=sys.stderr, flush=True)
         # Baseline in the same run: a recreate (what a reset costs when no spare is ready).
         for site in sites:
-            with lab.running().routing() as st:
-                st.wanted[site] = 0
+            with lab.running()._routing() as st:
+                st.ready.wanted.setdefault(site, {})["golden"] = 0
             for _ in range(args.recreate_n):
-                recreate[site].append(lab.reset([site], tier="recreate", replenish_async=False)[0].seconds)
+                recreate[site].append(lab.reset([site], tier="recreate", refill=False)[0].seconds)
             # The spare-less tier (a host with no memory for spares), where the site declares one.
             if cat.site(site).reset.inplace is not None:
                 for _ in range(args.recreate_n * 2):
-                    r = lab.reset([site], tier="inplace", replenish_async=False)[0]
+                    r = lab.reset([site], tier="inplace", refill=False)[0]
                     assert r.ok and r.tier == "inplace", r
                     inplace[site].append(r.seconds)
                     for k, v in r.phases.items():
@@ -162,14 +162,14 @@ def inplace_login(args: argparse.Namespace) -> int:
     chromium = os.environ.get("ENVCTL_CHROMIUM")
     try:
         for site in sites:
-            lab.reset([site], tier="inplace", replenish_async=False)  # warm-up (caches, connections)
+            lab.reset([site], tier="inplace", refill=False)  # warm-up (caches, connections)
             for i in range(args.n):
                 for method in (("http", "browser") if i % 2 == 0 else ("browser", "http")):
                     resets.login_sites = real if method == "http" else browser_login
                     if method == "http":  # no browser on this path: a Chromium start would fail and say so
                         os.environ["ENVCTL_CHROMIUM"] = "/nonexistent/chromium"
                     try:
-                        r = lab.reset([site], tier="inplace", replenish_async=False)[0]
+                        r = lab.reset([site], tier="inplace", refill=False)[0]
                     finally:
                         resets.login_sites = real
                         if chromium is None:
@@ -232,13 +232,13 @@ def main() -> int:
         for site in sites:
             tier = cat.site(site).reset.tier
             # baseline: recreate (boots from the golden image once it exists)
-            lab.reset([site], tier="recreate", replenish_async=False)  # makes the golden image
-            recreate = [lab.reset([site], tier="recreate", replenish_async=False)[0].seconds for _ in range(args.recreate_n)]
+            lab.reset([site], tier="recreate", refill=False)  # makes the golden image
+            recreate = [lab.reset([site], tier="recreate", refill=False)[0].seconds for _ in range(args.recreate_n)]
             lat: list[float] = []
             boots: list[float] = []
             if tier == "spare":
-                with lab.running().routing() as st:
-                    st.wanted[site] = 1
+                with lab.running()._routing() as st:
+                    st.ready.wanted.setdefault(site, {})["golden"] = 1
                 lab.replenish(site, 1)
                 for _ in range(args.n):
                     boots.append(wait_spare(lab, site))
@@ -253,8 +253,8 @@ def main() -> int:
             thr = {}
             if tier == "spare":
                 for k in (1, 2):
-                    with lab.running().routing() as st:
-                        st.wanted[site] = k
+                    with lab.running()._routing() as st:
+                        st.ready.wanted.setdefault(site, {})["golden"] = k
                     lab.replenish(site, k)
                     done, t0 = 0, time.monotonic()
                     while time.monotonic() - t0 < args.window:
@@ -263,8 +263,8 @@ def main() -> int:
                         assert r.ok, r
                         done += 1
                     thr[k] = done / (time.monotonic() - t0) * 60
-                with lab.running().routing() as st:
-                    st.wanted[site] = 1
+                with lab.running()._routing() as st:
+                    st.ready.wanted.setdefault(site, {})["golden"] = 1
             rec = statistics.median(recreate)
             rows.append((site, tier, statistics.median(lat), pct(lat, 95), rec, rec / statistics.median(lat),
                          rec / pct(lat, 95),

@@ -29,7 +29,7 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.provision import proxy
+from envctl.routing import proxy
 
 INSTANCE, OFFSET = "snbench", 14500
 SITE, USER, PASSWORD = "reddit", "MarvelsGrantMan136", "test1234"
@@ -85,8 +85,8 @@ def wait_warm(lab: Lab, name: str, timeout: float = 300) -> float:
     while True:
         st = proxy.read_state(lab.instance)
         if st and st.warm.get(SITE, {}).get(name):
-            copies = {slot for (_, slot) in lab.running().backend.copies(SITE)}
-            if copies == {st.active[SITE], *st.spares.get(SITE, []), *st.warm_slots(SITE)}:
+            copies = {slot for (_, slot) in lab.running().copies(SITE)}
+            if copies == {st.routes.active[SITE], *st.ready.spares(SITE), *st.warm_slots(SITE)}:
                 return time.monotonic() - t
         if time.monotonic() - t > timeout:
             raise SystemExit(f"no warm copy of '{name}' within {timeout}s")
@@ -127,7 +127,7 @@ def main() -> int:
     out: dict[str, Any] = {"site": SITE, "flavor": "mini", "n": args.n, "writes": args.writes,
                            "clients": args.clients}
     try:
-        lab.reset([SITE], tier="recreate", replenish_async=False)  # makes the golden image (the replay's start)
+        lab.reset([SITE], tier="recreate", refill=False)  # makes the golden image (the replay's start)
         titles = [f"bench {uuid.uuid4().hex[:8]}" for _ in range(args.writes)]
         writes(base, titles)
 
@@ -156,7 +156,7 @@ def main() -> int:
         expected = lab.verify(SITE).actual
         for _ in range(args.n):
             t = time.monotonic()
-            [rr] = lab.reset([SITE], tier="recreate", replenish_async=False)
+            [rr] = lab.reset([SITE], tier="recreate", refill=False)
             if not rr.ok:
                 raise SystemExit(f"recreate failed: {rr.error}")
             writes(base, titles)

@@ -36,7 +36,7 @@ from envctl.images.build import build_for_sites
 from envctl.lab import Lab
 from envctl.leases.client import LeaseClient
 from envctl.leases.pool import auth_dir
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 from envctl.smoke import load_task_set, run_smoke
 
 POOL, BASE_OFFSET = "study", 34000

@@ -24,7 +24,6 @@ def _gb(n: float) -> str:
 
 def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full", port_offset: int = 0,
                bind: str = "127.0.0.1") -> dict[str, Any]:
-    from envctl import backends
     from envctl.backends.base import InstanceSettings
     from envctl.instance import Instance
 
@@ -32,11 +31,10 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     checks = []
     root = "/var/lib/docker"
     engine_ok = False
-    backend = backends.get()
-    probe = Instance(catalog, InstanceSettings("doctor", flavor, bind=bind, port_offset=port_offset, backend=backend.kind),
-                     backend=backend)
+    probe = Instance(catalog, InstanceSettings("doctor", flavor, bind=bind, port_offset=port_offset,
+                                               backend=Instance.backend_kind()))
     try:
-        info = backend.info()
+        info = Instance.check_engine()
         engine_ok = True
         root = str(info["docker_root_dir"])
         checks.append(_check("docker engine", "ok", f"server {info['server_version']}, {info['ncpu']} CPUs"))
@@ -84,7 +82,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     busy = []
     owned: set[int] = set()
     if engine_ok:
-        for _, _, ports in Instance.listed(backend):
+        for _, _, ports in Instance.listed():
             owned |= set(ports)  # an envctl instance's own: its next 'up' reuses them
     wanted = {p + port_offset: n for n in names for svc, p in catalog.site(n).public_ports().items()
               if flavor in catalog.site(n).services[svc].flavors}

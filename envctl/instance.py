@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from envctl import backends
+from envctl.backends import default_kind, get as get_backend
 from envctl.backends.base import (Backend, Copy, CopySpec, InstanceSettings, Member, ServiceSpec, member_name,
                                   network_name)
 from envctl.catalog import Catalog, Renderer, Step
@@ -57,7 +57,7 @@ def _with_data_dir(settings: InstanceSettings) -> InstanceSettings:
 
 def find_settings(name: str, backend: Backend | None = None) -> InstanceSettings | None:
     """An instance's settings from its labels (its proxy's, or its network's if the proxy is gone)."""
-    labels = (backend or backends.get()).instance_labels(name)
+    labels = (backend or get_backend()).instance_labels(name)
     return None if labels is None else _with_data_dir(InstanceSettings.from_labels(labels))
 
 
@@ -68,14 +68,14 @@ class Instance:
                  backend: Backend | None = None) -> None:
         self.catalog = catalog
         self.settings = settings
-        self.backend = backend or backends.get(settings.backend)
+        self.backend = backend or get_backend(settings.backend)
         self.cancel = cancel or threading.Event()
         self._table_lock = threading.Lock()
 
     @classmethod
     def find(cls, catalog: Catalog, name: str, *, cancel: threading.Event | None = None,
              backend: Backend | None = None) -> "Instance | None":
-        backend = backend or backends.get()
+        backend = backend or get_backend()
         settings = find_settings(name, backend)
         return cls(catalog, settings, cancel=cancel, backend=backend) if settings else None
 
@@ -90,7 +90,7 @@ class Instance:
     def create(cls, catalog: Catalog, settings: InstanceSettings, *, cancel: threading.Event | None = None) -> tuple["Instance", bool]:
         """An instance about to be brought up: its network made (and, on a swarm, its node chosen); (it,
         whether the network existed before)."""
-        backend = backends.get(settings.backend)
+        backend = get_backend(settings.backend)
         placed, existed = backend.prepare(settings)
         return cls(catalog, placed, cancel=cancel, backend=backend), existed
 
@@ -98,11 +98,22 @@ class Instance:
     def listed(backend: Backend | None = None) -> list[tuple[InstanceSettings, str, list[int]]]:
         """(settings, state, published ports) of every instance whose front proxy the backend has."""
         out = []
-        for labels, state in (backend or backends.get()).proxies():
+        for labels, state in (backend or get_backend()).proxies():
             if labels.get("envctl.instance"):
                 ports = [int(p) for p in labels.get("envctl.ports", "").split(",") if p.isdigit()]
                 out.append((_with_data_dir(InstanceSettings.from_labels(labels)), state, ports))
         return out
+
+    @staticmethod
+    def backend_kind() -> str:
+        """The backend a new instance runs on (``$ENVCTL_BACKEND``, default local)."""
+        return default_kind()
+
+    @staticmethod
+    def check_engine() -> dict[str, object]:
+        """The backend's engine facts (version, storage driver, data root, CPUs); EngineUnavailable with the fix
+        when it cannot be used now."""
+        return get_backend().info()
 
     @property
     def name(self) -> str:
@@ -735,7 +746,7 @@ class Instance:
 def measure(backend: Backend | None = None) -> EngineMemory:
     """Every envctl member's limit and measured use (one read for all), and each instance's routing (side
     by side): what the capacity plan counts. Raises the engine's errors (EngineUnavailable)."""
-    backend = backend or backends.get()
+    backend = backend or get_backend()
     every, used, source = backend.memory()
     held = [Held(h.labels["envctl.instance"], h.labels.get("envctl.site", ""), h.labels.get("envctl.slot", ""),
                  h.labels.get("envctl.role", ""), h.labels.get("envctl.flavor", ""), h.limit, h.measured)

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from envctl import backends
 from envctl.auth import Report, Target, check, login_sites
 from envctl.auth import login as log_in
 from envctl.backends.base import InstanceSettings
@@ -214,7 +213,7 @@ class Lab:
         current = self.settings()
         if current is None:
             return InstanceSettings(self.instance, flavor or "full", public_host or "", bind or "127.0.0.1",
-                                    port_offset or 0, "http", str(data_dir(flavor or "full")), backends.default_kind())
+                                    port_offset or 0, "http", str(data_dir(flavor or "full")), Instance.backend_kind())
         wanted = {"flavor": flavor, "public_host": public_host, "bind": bind, "port_offset": port_offset}
         clash = [f"{k}={getattr(current, k)}" for k, v in wanted.items() if v is not None and v != getattr(current, k)]
         if clash:
@@ -272,7 +271,7 @@ class Lab:
                 validate_host(value, what)
         if port_offset is not None:
             validate_port_offset(port_offset, [p for n in names for p in self.catalog.site(n).public_ports().values()])
-        backends.get().engine_check()
+        Instance.check_engine()
         with locked(f"instance.{self.instance}"):
             settings = self._settings_for_up(flavor, public_host, bind, port_offset)
             self.catalog.require_flavor(sites if sites and not all_sites else (), settings.flavor)
@@ -620,7 +619,7 @@ class Lab:
     # -- down ----------------------------------------------------------------------------------
     def down(self, sites: list[str] | None = None, *, volumes: bool = False) -> DownResult:
         """Remove exactly what envctl made for this instance (by label); all of it when no site is named."""
-        backends.get().engine_check()
+        Instance.check_engine()
         names = self.catalog.resolve(sites) if sites else None
         ready.stop_workers(self.instance, names)  # a ready copy booting in the background would appear later
         with locked(f"instance.{self.instance}"):
@@ -694,7 +693,7 @@ class Lab:
 
     def ports_free(self, ports: list[int], bind: str) -> bool:
         """Whether this instance could publish ``ports`` (absolute) on ``bind`` now."""
-        settings = InstanceSettings(self.instance, bind=bind, backend=backends.default_kind())
+        settings = InstanceSettings(self.instance, bind=bind, backend=Instance.backend_kind())
         return not Instance(self.catalog, settings).port_problems(ports)
 
     def present(self) -> bool:

@@ -383,6 +383,22 @@ class EnvVar:
 # Every variable envctl's own code reads (os.environ / getenv and click's envvar=); the mini images'
 # variables are the images' business and not listed. ``tests/test_hostile_catalog.py`` greps the
 # package and fails when a read variable is missing here.
+def _env_backend(value: str, what: str) -> str:
+    if value not in ("local", "swarm"):
+        raise UsageError(f"{what} {value[:40]!r} is not a backend", "set it to local or swarm (or unset it)")
+    return value
+
+
+def _env_seconds(value: str, what: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 1 <= seconds <= 86400:
+        raise UsageError(f"{what} {value[:40]!r} is not a number of seconds from 1 to 86400", f"e.g. {what}=120")
+    return seconds
+
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_CATALOG", "site catalog YAML instead of the built-in one (like --catalog)", _env_path),
     EnvVar("ENVCTL_INSTANCE", "default instance name (like --instance)", lambda v, w: validate_name(v, w)),
@@ -397,8 +413,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_DISK_BUDGET_BYTES", "tuning: cap on the free space every filesystem is assumed to have", _env_bytes),
     EnvVar("ENVCTL_SERVE_TOKEN", "reset-server token (like serve --token)", lambda v, w: validate_token(v, w), secret=True),
     EnvVar("ENVCTL_CHROMIUM", "Chromium executable for login state and smoke (empty: Playwright's own)", _env_path),
-    EnvVar("ENVCTL_LEASE_SERVER", "lease server URL for Lab.lease (may carry the token)", _env_url, secret=True),
-    EnvVar("ENVCTL_POOL", "lease pool name for Lab.lease (default 'default')", lambda v, w: validate_name(v, w)),
+    EnvVar("ENVCTL_LEASE_SERVER", "lease server URL for envctl.leases.lease (may carry the token)", _env_url, secret=True),
+    EnvVar("ENVCTL_POOL", "lease pool name for envctl.leases.lease (default 'default')", lambda v, w: validate_name(v, w)),
+    EnvVar("ENVCTL_BACKEND", "where new instances' copies run: local (default) or swarm", _env_backend),
+    EnvVar("ENVCTL_ENGINE_TIMEOUT", "seconds a control call to a Docker engine may take before it is given up "
+           "(default 120; image loads, pulls, builds and commits are not bounded by it)", _env_seconds),
+    EnvVar("DOCKER_HOST", "the Docker engine (or swarm manager) envctl talks to, as the docker CLI reads it", _env_text),
     EnvVar("ENVCTL_AGENT_BASE_URL", "smoke LLM agent: OpenAI-compatible /v1 URL", _env_url),
     EnvVar("ENVCTL_AGENT_MODEL", "smoke LLM agent: model name", _env_text),
     EnvVar("ENVCTL_AGENT_API_KEY", "smoke LLM agent: API key", _env_text, secret=True),

@@ -263,7 +263,7 @@ def up_reddit(instance: str, offset: int, auth_dir: Path) -> "Lab":
 
 def tear_down(lab: "Lab") -> None:
     """``down --volumes``, then whatever a killed operation may have left: containers, images."""
-    from envctl.provision import docker as dk
+    from envctl.backends.docker import ENGINE as dk
 
     lab.down(volumes=True)
     for c in dk.containers(instance=lab.instance):

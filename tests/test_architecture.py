@@ -1,5 +1,7 @@
-"""The package's shape (docs/architecture.md, "Layers"): imports run down the layers, never in a circle,
-only the Docker backend module talks to the engine, and only the cloud package talks to AWS and Ansible."""
+"""The package's shape (docs/architecture.md, "Layers" and "The engine seam"): imports run down the layers, never
+in a circle; only a backend imports its engine library and nothing outside the backends reads their internals;
+Instance is the one user of the backend and the one writer of the routing table; leasing imports no engine
+module; the cloud package imports no local-engine type; only the cloud package talks to AWS and Ansible."""
 from __future__ import annotations
 
 import ast
@@ -14,15 +16,17 @@ PKG = Path(__file__).resolve().parents[1] / "envctl"
 LAYERS: list[tuple[str, ...]] = [
     ("envctl.errors", "envctl.paths", "envctl.validate", "envctl.secrets"),
     ("envctl.catalog", "envctl.locks"),
-    ("envctl.healthchecks", "envctl.images", "envctl.provision", "envctl.plan"),  # provision: the local engine
-    ("envctl.instance",),
+    ("envctl.healthchecks", "envctl.plan", "envctl.backends.base", "envctl.routing"),  # the seam's types, the table
+    ("envctl.backends", "envctl.images"),  # the engine: the backends, and the image getters that fill an engine
+    ("envctl.instance",),  # the one user of the backend, the one writer of the routing table
     ("envctl.state", "envctl.auth", "envctl.smoke"),
     ("envctl.lab", "envctl.leases.client"),  # the facade of one instance; the lease client (HTTP only)
     ("envctl.leases",),  # the pool and its HTTP face: above Lab, which never imports them
-    ("envctl.cloud",),  # cloud labs (EC2, Ansible, host clusters, the lab's lease store): never imported below
+    ("envctl.cloud",),  # machines for a lab (EC2, an SSH inventory) joined into a swarm by Ansible
     ("envctl.serve", "envctl.envformat", "envctl.doctor", "envctl.render", "envctl.playbooks"),
     ("envctl.cli", "envctl.__main__", "envctl"),
 ]
+ENGINE_MODULES = ("envctl.backends.docker", "envctl.backends.local", "envctl.backends.swarm")
 
 
 def _modules() -> dict[str, Path]:
@@ -130,25 +134,71 @@ def test_no_package_imports_its_own_package_defensively() -> None:
 DOCKER_ARGV = re.compile(r"""\[\s*["']docker["']\s*,""")
 
 
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 @pytest.mark.parametrize("module", sorted(_modules()))
-def test_only_the_docker_backend_talks_to_the_engine(module: str) -> None:
-    if module == "envctl.provision.docker":
+def test_only_a_backend_talks_to_its_engine(module: str) -> None:
+    """python-on-whales and the docker CLI: only in the backends (their engine library)."""
+    if _in(module, "envctl.backends") and module != "envctl.backends.base":
         return
     text = _modules()[module].read_text()
-    assert "python_on_whales" not in text, f"{module} imports python-on-whales; go through envctl.provision.docker"
-    assert not DOCKER_ARGV.search(text), f"{module} runs the docker CLI; go through envctl.provision.docker"
+    assert "python_on_whales" not in text, f"{module} imports python-on-whales; go through envctl.instance.Instance"
+    assert not DOCKER_ARGV.search(text), f"{module} runs the docker CLI; go through envctl.instance.Instance"
+
+
+def test_nothing_outside_a_backend_reads_its_internals() -> None:
+    """The engine modules are imported by the backends and the image getters only (envctl.images fills an
+    engine with images); everyone else goes through Instance, which imports only the registry and the seam."""
+    graph = _graph()
+    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                 if any(_in(d, e) for e in ENGINE_MODULES)
+                 and not (_in(m, "envctl.backends") or _in(m, "envctl.images")))
+    assert not bad, "\n".join(bad)
+    users = sorted(m for m, deps in graph.items() if "envctl.backends" in deps and not _in(m, "envctl.backends"))
+    assert users == ["envctl.instance"], f"only Instance uses the backend registry: {users}"
+
+
+def test_instance_is_the_one_writer_of_the_routing_table() -> None:
+    """Only envctl.instance changes the table (``_routing``) or applies one to the proxy (``proxy.apply/settle``)."""
+    bad = []
+    for module, path in _modules().items():
+        if module == "envctl.instance":
+            continue
+        text = path.read_text()
+        if re.search(r"\._routing\(|\bproxy\.(apply|settle)\(", text):
+            bad.append(module)
+    assert not bad, f"only envctl.instance writes the routing table: {bad}"
+
+
+def test_leasing_imports_no_engine_module_and_cloud_no_local_engine_type() -> None:
+    graph = _graph()
+    engine_side = ("envctl.backends", "envctl.routing", "envctl.instance", "envctl.images", "envctl.state")
+    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() if _in(m, "envctl.leases")
+                 for d in deps if any(_in(d, e) for e in engine_side))
+    bad += sorted(f"{m} imports {d}" for m, deps in graph.items() if _in(m, "envctl.cloud")
+                  for d in deps if any(_in(d, e) for e in engine_side + ("envctl.lab", "envctl.leases")))
+    assert not bad, "\n".join(bad)
 
 
 CLI_MAY_IMPORT = {"envctl", "envctl.errors", "envctl.catalog", "envctl.lab", "envctl.render", "envctl.envformat",
                   "envctl.doctor", "envctl.serve", "envctl.images", "envctl.smoke", "envctl.cloud", "envctl.locks",
-                  "envctl.validate", "envctl.plan", "envctl.leases.client"}
+                  "envctl.validate", "envctl.plan", "envctl.leases", "envctl.leases.client"}
 
 
 def test_the_cli_calls_the_library_facades_only() -> None:
     mods = _modules()
-    used = _imports(mods["envctl.cli"], set(mods))
-    internal = sorted(m for m in used if m not in CLI_MAY_IMPORT and not any(m == f"{p}.__init__" for p in CLI_MAY_IMPORT))
-    assert not internal, f"envctl/cli.py imports library internals: {internal}"
+    internal = set()
+    for m in mods:
+        if _in(m, "envctl.cli"):
+            internal |= {d for d in _imports(mods[m], set(mods)) if not _in(d, "envctl.cli")
+                         and d not in CLI_MAY_IMPORT and not any(d.startswith(p + ".") and p in ("envctl.catalog",
+                                                                                                    "envctl.images",
+                                                                                                    "envctl.smoke",
+                                                                                                    "envctl.cloud")
+                                                                   for p in CLI_MAY_IMPORT)}
+    assert not internal, f"envctl/cli imports library internals: {sorted(internal)}"
 
 
 CLOUD_LIBRARIES = ("boto3", "botocore", "ansible_runner")
@@ -165,29 +215,8 @@ def _third_party_imports(path: Path) -> set[str]:
     return found
 
 
-def test_provision_is_the_local_engine_only() -> None:
-    """No cloud module under envctl/provision: nothing there talks to AWS or Ansible, or imports envctl.cloud."""
-    mods = _modules()
-    provision = {m: p for m, p in mods.items() if m == "envctl.provision" or m.startswith("envctl.provision.")}
-    assert "envctl.provision.docker" in provision
-    bad = sorted(f"{m} imports {lib}" for m, p in provision.items()
-                 for lib in _third_party_imports(p) & set(CLOUD_LIBRARIES))
-    bad += sorted(f"{m} imports {d}" for m, p in provision.items() for d in _imports(p, set(mods))
-                  if d == "envctl.cloud" or d.startswith("envctl.cloud."))
-    assert not bad, "\n".join(bad)
-
-
-def test_the_local_engine_layer_builds_no_images() -> None:
-    """envctl.provision runs what it is given: the proxy's image is a parameter (envctl.lab builds it)."""
-    mods = _modules()
-    bad = sorted(f"{m} imports {d}" for m, p in mods.items() if m == "envctl.provision" or m.startswith("envctl.provision.")
-                 for d in _imports(p, set(mods)) if d == "envctl.images" or d.startswith("envctl.images."))
-    assert not bad, "\n".join(bad)
-
-
 def test_only_the_cloud_package_talks_to_aws_and_ansible() -> None:
-    bad = sorted(f"{m} imports {lib}" for m, p in _modules().items()
-                 if not (m == "envctl.cloud" or m.startswith("envctl.cloud."))
+    bad = sorted(f"{m} imports {lib}" for m, p in _modules().items() if not _in(m, "envctl.cloud")
                  for lib in _third_party_imports(p) & set(CLOUD_LIBRARIES))
     assert not bad, "\n".join(bad) + "\ngo through envctl.cloud (aws.py for boto3, ansible.py for ansible-runner)"
     users = {lib for m, p in _modules().items() if m.startswith("envctl.cloud.") for lib in _third_party_imports(p)}
@@ -195,13 +224,30 @@ def test_only_the_cloud_package_talks_to_aws_and_ansible() -> None:
 
 
 def test_leasing_has_one_home_and_lab_never_imports_the_pool() -> None:
-    """The pool, its HTTP face and its one client live in envctl.leases; Lab reaches only the client,
-    and no module outside envctl.leases speaks the lease protocol with its own HTTP calls."""
+    """The pool, its HTTP face and its one client live in envctl.leases; Lab imports none of it, and no module
+    outside envctl.leases speaks the lease protocol with its own HTTP calls."""
     graph = _graph()
-    assert not {d for d in graph["envctl.lab"] if d.startswith("envctl.leases") and d != "envctl.leases.client"}
+    assert not {d for d in graph["envctl.lab"] if _in(d, "envctl.leases")}
     assert "envctl.leases.pool" not in graph["envctl.leases.client"]
     for module, path in _modules().items():
         if module.startswith("envctl.leases"):
             continue
         text = path.read_text()
         assert not re.search(r"requests\.\w+\([^)]*/leases", text), f"{module} calls the lease API itself"
+
+
+LONG = "Long because:"  # a function over MAX_FUNCTION lines says why at its top (its docstring)
+MAX_MODULE, MAX_FUNCTION = 800, 80
+
+
+def test_no_module_over_800_lines_and_no_function_over_80_without_a_reason() -> None:
+    big = [f"{m}: {len(p.read_text().splitlines())} lines" for m, p in _modules().items()
+           if len(p.read_text().splitlines()) > MAX_MODULE]
+    long = []
+    for m, p in _modules().items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION and LONG not in (ast.get_docstring(node) or ""):
+                    long.append(f"{m}.{node.name}: {length} lines")
+    assert not big and not long, "\n".join(big + long)

@@ -199,7 +199,7 @@ def test_inplace_reset_renews_login_files_without_chromium(lab, monkeypatch):
     monkeypatch.setenv("ENVCTL_CHROMIUM", NO_BROWSER)
     with pytest.raises(NoBrowser):  # the control: the browser path cannot run in this environment
         login(Target.of_lab(lab), ["reddit"], pairs=False)
-    (r,) = lab.reset(["reddit"], tier="inplace", replenish_async=False)
+    (r,) = lab.reset(["reddit"], tier="inplace", refill=False)
     assert r.ok and r.tier == "inplace" and not r.escalations, r.to_dict()
     assert r.note == "", r.note  # a browser-less renewal would say "login files not renewed"
     target = Target.of_lab(lab)
@@ -219,11 +219,11 @@ def test_spare_is_logged_in_through_its_backend_header_without_chromium(lab, mon
     (slot,) = lab.replenish("reddit", 1)
     staged = auth / ".spares" / f"reddit-{slot}"
     assert {p.name for p in staged.iterdir()} == {"reddit_state.json", "classifieds.reddit_state.json"}
-    (r,) = lab.reset(["reddit"], replenish_async=False)
+    (r,) = lab.reset(["reddit"], refill=False)
     assert r.ok and r.tier == "spare" and r.note == "", r.to_dict()
     target = Target.of_lab(lab)
     assert httplogin.probe_state(probe_specs(target, ["reddit"]), auth / "reddit_state.json") == []
     monkeypatch.delenv("ENVCTL_CHROMIUM")
     assert browser_probe(target, ["reddit"], auth / "reddit_state.json") == []
-    with lab.running().routing() as st:
-        st.wanted["reddit"] = 0
+    with lab.running()._routing() as st:
+        st.ready.wanted.setdefault("reddit", {})["golden"] = 0

@@ -64,8 +64,7 @@ POSITIONAL: dict[tuple[str, ...], list[str]] = {
     ("snapshot", "rm"): ["snap1"],
     ("reset",): ["reddit"],
     ("login",): ["reddit"],
-    ("_replenish",): ["reddit"],
-    ("cloud", "reset"): ["reddit"],
+    ("_ready",): ["reddit"],
     ("lease", "release"): ["lease1"],
     ("lease", "heartbeat"): ["lease1"],
 }

@@ -12,7 +12,7 @@ import yaml
 from envctl.catalog import BUILTIN, Deployment, Renderer, load_catalog
 from envctl.errors import CatalogError, UnknownSite
 from envctl.lab import Lab
-from envctl.provision.local import InstanceSettings
+from envctl.backends.base import InstanceSettings
 
 HOST = "ec2-1-2-3-4.compute.amazonaws.com"
 

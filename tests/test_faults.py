@@ -28,9 +28,13 @@ import yaml
 
 from envctl.catalog import BUILTIN
 from envctl.lab import Lab
-from envctl.provision import docker as dk
+from envctl.backends.docker import ENGINE as dk
 from envctl.images.build import PROXY_IMAGE, build, proxy_build
-from envctl.provision import proxy
+from envctl.backends.base import Copy, InstanceSettings, Member
+from envctl.catalog import load_catalog
+from envctl.instance import Instance
+from envctl.routing import proxy
+from envctl.routing.table import RoutingTable
 
 from conftest import tear_down, up_reddit
 from fetch_server import FaultServer
@@ -111,27 +115,27 @@ def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
     tear_down(lab)
 
 
-def table(lab: Lab) -> proxy.ProxyState:
-    st = proxy.read_state(lab.instance)
+def table(lab: Lab) -> RoutingTable:
+    st = lab.running()._read()
     assert st is not None
     return st
 
 
 def slots(lab: Lab) -> set[str]:
-    return {slot for (_, slot) in lab.running().backend.copies("reddit")}
+    return {slot for (_, slot) in lab.running().copies("reddit")}
 
 
 def assert_sound(lab: Lab) -> None:
     """One active copy, running and pristine-or-dirty but routed; every listed spare running and pristine."""
     st = table(lab)
     inst = lab.running()
-    copies = inst.backend.copies("reddit")
-    active = st.active["reddit"]
+    copies = inst.copies("reddit")
+    active = st.routes.active["reddit"]
     assert (("reddit", active) in copies and copies[("reddit", active)].running()), (active, list(copies))
-    routed = {r.backend for r in st.routes.values()}
-    names = [getattr(n, "name", n) for c in copies.values() for n in c.containers.values()]
+    routed = {r.backend for r in st.routes.by_port.values()}
+    names = [getattr(n, "name", n) for c in copies.values() for n in c.members.values()]
     assert sum(1 for n in names if n in routed) == 1, (routed, names)
-    for slot in st.spares.get("reddit", []):
+    for slot in st.ready.spares("reddit"):
         assert slot != active, f"spare {slot} is also the active copy"
         c = copies.get(("reddit", slot))
         assert c is not None and c.running(), f"listed spare {slot} is not running"
@@ -141,12 +145,12 @@ def assert_sound(lab: Lab) -> None:
 
 def repaired(lab: Lab) -> None:
     """The next commands after a kill: a reset (no waiting for background work) and a replenish."""
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok, r
     lab.replenish("reddit")
     assert_sound(lab)
     st = table(lab)
-    assert slots(lab) == {st.active["reddit"], *st.spares.get("reddit", [])}, "stray copies survived the repair"
+    assert slots(lab) == {st.routes.active["reddit"], *st.ready.spares("reddit")}, "stray copies survived the repair"
 
 
 def post(lab: Lab, title: str) -> None:
@@ -180,11 +184,10 @@ BOUND = 12.0  # seconds a client may wait on a removed backend
 def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
     """A front proxy of instance 'ftproxy' on 127.0.0.1:44871 routed to a fresh slow backend."""
     net = f"envctl-{PROXY_INSTANCE}"
-    labels = {"envctl.instance": PROXY_INSTANCE}
     made: list[str] = []
-    dk.ensure_network(net, labels)
-    build(proxy_build())  # the proxy backend takes its image (envctl.lab builds it)
-    proxy.create(PROXY_INSTANCE, net, "127.0.0.1", [PROXY_PORT], labels, image=PROXY_IMAGE)
+    inst, _ = Instance.create(load_catalog(), InstanceSettings(PROXY_INSTANCE, "mini"))
+    build(proxy_build())  # the proxy's image is the caller's to provide (envctl.lab builds it)
+    inst.ensure_proxy([PROXY_PORT], PROXY_IMAGE)
 
     def backend() -> str:
         name = f"envctl-{PROXY_INSTANCE}-slow-{uuid.uuid4().hex[:6]}"
@@ -192,9 +195,8 @@ def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
                         "--network", net, "envctl-mini/base:1", "python3", "-c", SLOW_APP],
                        check=True, capture_output=True)
         made.append(name)
-        st = proxy.read_state(PROXY_INSTANCE) or proxy.ProxyState()
-        st.routes[str(PROXY_PORT)] = proxy.Route(name, 8000)
-        proxy.apply(PROXY_INSTANCE, st, [PROXY_PORT])
+        with inst._routing() as st:
+            st.routes.by_port[str(PROXY_PORT)] = proxy.Route(name, 8000)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -256,19 +258,19 @@ def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
     looks it up again, in one write to the runtime API."""
     name = bare_proxy()
     squat = f"envctl-{PROXY_INSTANCE}-squat-{uuid.uuid4().hex[:6]}"
-    old = proxy.lookup_addr(PROXY_INSTANCE, name)
+    inst = Instance.get(load_catalog(), PROXY_INSTANCE)
+    copy = Copy("slow", "x", {"web": Member("web", name, "", {}, "running")})
+    old = inst.backend.address(PROXY_INSTANCE, name)
     try:
         subprocess.run(["docker", "stop", "-t", "0", name], check=True, capture_output=True)
         subprocess.run(["docker", "run", "-d", "--name", squat, "--label", f"envctl.instance={PROXY_INSTANCE}",
                         "--network", f"envctl-{PROXY_INSTANCE}", "envctl-mini/base:1", "sleep", "600"],
                        check=True, capture_output=True)  # takes the freed address (it serves nothing)
         subprocess.run(["docker", "start", name], check=True, capture_output=True)
-        new = proxy.lookup_addr(PROXY_INSTANCE, name)
+        new = inst.backend.address(PROXY_INSTANCE, name)
         assert new and new != old, (old, new)
-        st = proxy.read_state(PROXY_INSTANCE)
-        assert st is not None
-        assert proxy.refresh(PROXY_INSTANCE, st, [name]) == [name]
-        assert st.addrs[name] == new
+        assert inst.refresh_addresses(copy) == [name]
+        assert inst.table().routes.addrs[name] == new
         deadline, status = time.monotonic() + 30, None
         while time.monotonic() < deadline:
             try:
@@ -279,7 +281,7 @@ def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
                 break
             time.sleep(0.2)
         assert status == 200, status
-        assert proxy.refresh(PROXY_INSTANCE, st, [name]) == []  # nothing moved since
+        assert inst.refresh_addresses(copy) == []  # nothing moved since
     finally:
         subprocess.run(["docker", "rm", "-f", squat], capture_output=True)
 
@@ -290,7 +292,7 @@ def test_the_control_service_answers_only_its_token(bare_proxy):
     none is the site's; the service names no file outside its own few."""
     bare_proxy()
     url = f"http://127.0.0.1:{PROXY_PORT}"
-    token = dk.label(dk.inspect(proxy.proxy_name(PROXY_INSTANCE)), "control")
+    token = dk.container(proxy.proxy_name(PROXY_INSTANCE)).label("control")
     assert len(token) >= 40
     ok = requests.get(f"{url}/.envctl/ping", headers={proxy.CONTROL_HEADER: token}, timeout=5)
     assert ok.status_code == 200 and ok.text.startswith("envctl-proxy")
@@ -478,12 +480,12 @@ def test_sigkill_mid_swap_keeps_one_routed_copy(lab):
     assert hit, f"never saw the routing-table write: {''.join(k.lines)[-500:]}"
     time.sleep(0.5)
     after = table(lab)
-    swapped = after.active["reddit"] != before.active["reddit"]
+    swapped = after.routes.active["reddit"] != before.routes.active["reddit"]
     if swapped:
-        assert after.active["reddit"] == before.spares["reddit"][0]
-        assert after.active["reddit"] not in after.spares.get("reddit", [])
+        assert after.routes.active["reddit"] == before.ready.spares("reddit")[0]
+        assert after.routes.active["reddit"] not in after.ready.spares("reddit")
     else:
-        assert after.spares.get("reddit") == before.spares.get("reddit")
+        assert after.ready.spares("reddit") == before.ready.spares("reddit")
     print(f"\nkilled mid-swap: the routing table is the {'new' if swapped else 'old'} one")
     assert_sound(lab)
     repaired(lab)
@@ -493,21 +495,21 @@ def test_sigkill_mid_swap_keeps_one_routed_copy(lab):
 def test_sigkill_mid_spare_boot_never_lists_it(lab, phase):
     """'envctl _replenish' killed while it boots a spare: the half-booted copy is never listed as ready;
     the next reset/replenish removes it."""
-    with lab.running().routing() as st:
-        st.wanted["reddit"] = len(st.spares.get("reddit", [])) + 1
+    with lab.running()._routing() as st:
+        st.ready.wanted.setdefault("reddit", {})["golden"] = len(st.ready.spares("reddit")) + 1
     before = table(lab)
-    k = Killed(cli_args(lab, "_replenish", "reddit", "--auth-dir", str(lab.auth_dir)), UNBUFFERED)
+    k = Killed(cli_args(lab, "_ready", "reddit", "--auth-dir", str(lab.auth_dir)), UNBUFFERED)
     try:
         hit = k.wait_for(lambda: any(f"] {phase}:" in line for line in k.out), 120)
     finally:
         k.kill()
     assert hit, f"never saw phase {phase}: {''.join(k.out)[-500:]} {''.join(k.lines)[-500:]}"
     after = table(lab)
-    assert after.spares.get("reddit", []) == before.spares.get("reddit", []), "a spare got listed mid-boot"
-    strays = slots(lab) - {after.active["reddit"], *after.spares.get("reddit", [])}
+    assert after.ready.spares("reddit") == before.ready.spares("reddit"), "a spare got listed mid-boot"
+    strays = slots(lab) - {after.routes.active["reddit"], *after.ready.spares("reddit")}
     assert_sound(lab)
-    with lab.running().routing() as st:
-        st.wanted["reddit"] = 1
+    with lab.running()._routing() as st:
+        st.ready.wanted.setdefault("reddit", {})["golden"] = 1
     repaired(lab)
     print(f"\nkilled mid-{phase}: {len(strays)} stray copy(ies) left, removed by the next reset/replenish")
 
@@ -520,10 +522,10 @@ def test_sigkill_mid_golden_commit_then_up_repairs(lab):
     inst = lab.running()
     active = inst.active_copy("reddit", inst.table())
     assert active is not None
-    name = getattr(next(iter(active.containers.values())), "name")
+    name = getattr(next(iter(active.members.values())), "name")
     k = Killed(cli_args(lab, "snapshot", "create", "reddit", "--json"), UNBUFFERED)
     try:
-        hit = k.wait_for(lambda: (dk.inspect(name) is not None and not dk.inspect(name).state.running)
+        hit = k.wait_for(lambda: (dk.container(name) is not None and not dk.container(name).running)
                          or any(" commit " in c for c in group_children(k.p.pid)), 120)
     finally:
         k.kill()
@@ -546,7 +548,7 @@ def test_sigkill_mid_snapshot_restore_then_restore_again(lab):
     post(lab, "kept in snapshot ftsnap")
     lab.snapshot_create("reddit", "ftsnap")
     kept = lab.verify("reddit").actual
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok
     n0 = slots(lab)
     k = Killed(cli_args(lab, "snapshot", "restore", "reddit", "ftsnap", "--json"), UNBUFFERED)
@@ -557,7 +559,7 @@ def test_sigkill_mid_snapshot_restore_then_restore_again(lab):
     try:
         assert hit, f"never saw the restored copy boot: {''.join(k.lines)[-500:]}"
         after = table(lab)
-        assert after.active["reddit"] in n0, "a copy still booting was routed"
+        assert after.routes.active["reddit"] in n0, "a copy still booting was routed"
         assert_sound(lab)
         res = envctl(*cli_args(lab, "snapshot", "restore", "reddit", "ftsnap"))
         assert res.returncode == 0, res.stderr[-800:]

@@ -81,12 +81,12 @@ def test_state_and_data_dir_that_is_a_file_or_under_one(root, var, where):
 
 
 def test_state_dir_checked_by_lock_dir_too(root, monkeypatch):
-    from envctl.locks import lock_dir
+    from envctl.locks import state_dir
     from envctl.paths import data_root
 
     monkeypatch.setenv("ENVCTL_STATE_DIR", str(root / "afile" / "x"))
     with pytest.raises(UsageError, match="ENVCTL_STATE_DIR") as exc:
-        lock_dir()
+        state_dir()
     assert "\n" not in str(exc.value)
     monkeypatch.setenv("ENVCTL_DATA_DIR", str(root / "afile"))
     with pytest.raises(UsageError, match="ENVCTL_DATA_DIR"):
@@ -411,16 +411,17 @@ def test_judge_and_agent_from_env_name_a_bad_variable():
 
 def test_lab_constructor_and_lease_lookup_raise_envctl_errors(root, monkeypatch):
     from envctl.lab import Lab
+    from envctl.leases import lease
 
     with pytest.raises(UsageError):
         Lab(instance="../x")
     monkeypatch.setenv("ENVCTL_POOL", "../x")
     with pytest.raises(EnvctlError, match="ENVCTL_POOL"):
-        Lab.lease(sites=["homepage"])
+        lease(sites=["homepage"])
     monkeypatch.delenv("ENVCTL_POOL")
     monkeypatch.setenv("ENVCTL_LEASE_SERVER", "localhost:7565")
     with pytest.raises(EnvctlError, match="ENVCTL_LEASE_SERVER"):
-        Lab.lease(sites=["homepage"])
+        lease(sites=["homepage"])
 
 
 # -- 10. booleans where numbers belong ----------------------------------------------------------------------

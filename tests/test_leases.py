@@ -3,7 +3,7 @@
 The module's pool (``lq-1``, ``lq-2``: reddit + homepage) is started as a user would, with
 ``envctl serve --instances 2 --flavor mini``, stopped (SIGINT) while it brings its members up, and
 started again: the second start must finish what the first left, answering 503 + Retry-After (never a
-4xx) meanwhile. Every test then speaks plain HTTP to it (or the CLI, or ``Lab.lease``), as a harness
+4xx) meanwhile. Every test then speaks plain HTTP to it (or the CLI, or ``envctl.leases.lease``), as a harness
 would; the pristine promise is checked with envctl's own fingerprints.
 """
 from __future__ import annotations
@@ -27,8 +27,9 @@ from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
 from envctl.leases.client import LeaseLost
-from envctl.leases.pool import auth_dir
-from envctl.provision import docker as dk
+from envctl.leases import lease as lease_of
+from envctl.leases.members import auth_dir
+from envctl.backends.docker import ENGINE as dk
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 POOL, SIZE, BASE_OFFSET, MAX_LEASE = "lq", 2, 12000, 150
@@ -283,7 +284,7 @@ def test_browsergym_full_reset_through_a_lease_is_ready_on_the_first_status(srv:
 def test_lab_lease_raises_lease_lost_when_reclaimed_under_it(srv: Server) -> None:
     srv.wait(srv.all_free, what="a free pool")
     with pytest.raises(LeaseLost, match="reclaimed"):
-        with Lab.lease(sites=["homepage"], server=srv.url, ttl=3, max_seconds=2, holder="hung episode") as lease:
+        with lease_of(sites=["homepage"], server=srv.url, ttl=3, max_seconds=2, holder="hung episode") as lease:
             deadline = time.monotonic() + 30
             while not lease.lost and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -393,7 +394,7 @@ def _cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
 
 def test_python_api_cli_and_status(srv: Server, tmp_path: Path) -> None:
     srv.wait(srv.all_free, what="a free pool")
-    with Lab.lease(sites=["homepage"], pool=POOL, ttl=30, holder="api") as lease:  # found from the serve record
+    with lease_of(sites=["homepage"], pool=POOL, ttl=30, holder="api") as lease:  # found from the serve record
         assert lease.instance in MEMBERS and lease.env["WA_HOMEPAGE"].startswith("http://127.0.0.1:")
         assert requests.get(lease.env["HOMEPAGE"], timeout=10).ok
         assert [x["holder"] for x in srv.listing()["leases"]] == ["api"]

@@ -69,10 +69,10 @@ def settled(instance: str, timeout: float = 300) -> None:
     """Wait until no background replenisher of ``instance`` runs: one started by an earlier test's reset
     on the shared instance removes the dirty copy it left, at its own (lower) priority, and would change
     the containers between a test's two readings."""
-    from envctl.state.reset import replenisher_pids
+    from envctl.state.ready import worker_pids
 
     deadline = time.monotonic() + timeout
-    while replenisher_pids(instance):
+    while worker_pids(instance):
         assert time.monotonic() < deadline, f"replenishers of {instance} still running after {timeout:.0f}s"
         time.sleep(0.2)
 
@@ -421,13 +421,12 @@ def test_logs_and_exec(lc1: dict[str, Any]) -> None:
 def repaired(lc1: dict[str, Any]) -> dict[str, Any]:
     """``docker rm -f`` reddit's active container, then ``up`` again (``--spares 0``: a spare a replenisher
     booted after an earlier test's reset on this shared instance is removed too, and not counted)."""
-    from envctl.provision import proxy
+    from envctl.instance import Instance
 
     settled(LC1)
     before = container_ids(LC1)
-    table = proxy.read_state(LC1)
-    assert table is not None
-    victim = f"envctl-{LC1}-reddit-web-{table.active['reddit']}"
+    table = Instance.get(load_catalog(), LC1).table()
+    victim = f"envctl-{LC1}-reddit-web-{table.routes.active['reddit']}"
     assert victim in before, (victim, sorted(before))
     subprocess.run(["docker", "rm", "-f", victim], check=True, capture_output=True)
     p, data = up_json("--instance", LC1)
@@ -539,27 +538,25 @@ def test_instances_lists_on_while_an_instance_is_downed_under_it(monkeypatch: py
 
 def test_a_copy_whose_container_was_removed_still_names_it_and_port_holder_skips_it() -> None:
     """Found in CI: a replenisher removing a copy that another process removed meanwhile crashed on
-    NoSuchContainer (python-on-whales inspects again when its 0.2 s cache is stale), and so did
-    'up' naming a port's holder while another lane removed a container."""
-    from envctl.provision import docker as dk
-    from envctl.provision.local import Copy
-    from envctl.provision.ports import port_holder
+    NoSuchContainer (python-on-whales inspected again when its 0.2 s cache was stale), and so did 'up' naming
+    a port's holder while another lane removed a container. A copy's members are now read once, with the
+    listing: a removal afterwards changes nothing in hand."""
+    from envctl.backends.docker import ENGINE as dk
+    from envctl.backends.local import LocalBackend, port_holder
 
     name = f"lcgone-copy-{os.getpid()}"
     cid = subprocess.run(["docker", "run", "-d", "--name", name, "--label", "envctl.instance=lcgone",
+                          "--label", "envctl.site=homepage", "--label", "envctl.slot=a", "--label", "envctl.service=web",
                           "--label", "envctl.ports=1", "debian:bookworm-slim", "sleep", "600"],
                          check=True, capture_output=True, text=True).stdout.strip()
     try:
-        c = dk.inspect(name)
-        assert c is not None
-        copy = Copy("homepage", "a", {"web": c})
-        listed = dk.containers(instance="lcgone")
+        [copy] = LocalBackend().copies("lcgone").values()
         subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
-        time.sleep(0.3)  # past the inspect cache
-        assert copy.names == [cid]  # its id: still what 'docker rm' takes, and no crash
+        time.sleep(0.3)  # past any inspect cache
+        assert copy.names == [name] and copy.members["web"].id == cid  # as listed: no crash
         dk.remove(copy.names)  # already gone: a no-op
-        assert [dk.seen(x) for x in listed] == [None]
-        assert "lcgone" not in port_holder(1)
+        assert dk.containers(instance="lcgone") == [] and dk.container(name) is None
+        assert "lcgone" not in port_holder(dk, 1)
     finally:
         subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
 
@@ -568,7 +565,9 @@ def test_snapshot_list_goes_on_while_an_image_is_removed_under_it(monkeypatch: p
     """Found in CI: 'snapshot remove' (which lists first) crashed with NoSuchImage when another lane
     removed a labelled image between the listing and the read of its labels. Here a real labelled image
     is removed at exactly that moment."""
-    from envctl.provision import docker as dk
+    from envctl.backends.base import InstanceSettings
+    from envctl.backends.docker import ENGINE as dk
+    from envctl.instance import Instance
     from envctl.state import snapshots
 
     inst = f"lcimg{os.getpid()}"
@@ -589,7 +588,8 @@ def test_snapshot_list_goes_on_while_an_image_is_removed_under_it(monkeypatch: p
 
     monkeypatch.setattr(dk.docker.image, "list", removed_meanwhile)
     try:
-        listed = [s for s in snapshots.list_snapshots(inst) if s.kind == "snapshot"]
+        listed = [s for s in snapshots.list_snapshots(Instance(load_catalog(), InstanceSettings(inst)))
+                  if s.kind == "snapshot"]
         assert removed == [tags[1]]
         assert [s.image for s in listed] == [tags[0]] and listed[0].name == "s-kept"
     finally:

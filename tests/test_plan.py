@@ -14,7 +14,7 @@ import time
 import pytest
 
 from envctl.catalog import load_catalog
-from envctl.provision.proxy import ProxyState
+from envctl.routing.table import ReadyCopies, Routes, RoutingTable
 from envctl.plan import BUDGET_SHARE, MARGIN, EngineMemory, Held, copy_memory, counted, plan
 
 GIB = 1 << 30
@@ -158,61 +158,70 @@ def test_a_replan_never_takes_a_spare_back_and_fixed_counts_stay() -> None:
     assert p.spares()["reddit"] == 1 and p.spares()["gitlab"] == 0
 
 
+def tbl(active: dict[str, str] | None = None, wanted: dict[str, int] | None = None,
+        planned: dict[str, dict] | None = None) -> RoutingTable:
+    """A routing table with these spares wanted (site -> count) and the plan's say."""
+    return RoutingTable(Routes(active=active or {}),
+                        ReadyCopies(wanted={s: {"golden": n} for s, n in (wanted or {}).items()}, planned=planned or {}))
+
+
 def test_the_routing_table_keeps_what_the_plan_decided() -> None:
-    t = ProxyState(wanted={"reddit": 0}, planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
-    back = ProxyState.from_json(t.to_json())
-    assert back.planned == t.planned
+    t = tbl(wanted={"reddit": 0}, planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
+    back = RoutingTable.from_json(t.to_json())
+    assert back.ready.planned == t.ready.planned
     from envctl.state.capacity import short
-    assert short(back, "reddit") and not short(ProxyState(wanted={"reddit": 1}), "reddit")
-    back.wanted["reddit"] = 1
+    assert short(back, "reddit") and not short(tbl(wanted={"reddit": 1}), "reddit")
+    back.ready.wanted.setdefault("reddit", {})["golden"] = 1
     assert not short(back, "reddit")
 
 
 
 class FakeInstance:
-    """What capacity.replan uses of an Instance: name, catalog, flavor, table(), sites_up(), routing()."""
+    """What capacity.replan uses of an Instance: name, catalog, flavor, settings, backend.host_memory, table(),
+    sites_up(), raise_planned() (the real Instance's rule: never lower, only for a site the plan decides)."""
 
-    def __init__(self, table: ProxyState) -> None:
+    def __init__(self, table: RoutingTable) -> None:
         self.name, self.catalog, self.flavor, self._table = "me", CAT, "mini", table
+        self.settings = None
+        self.backend = type("NoHost", (), {"host_memory": staticmethod(lambda _s: None)})()
 
-    def table(self) -> ProxyState:
-        return ProxyState.from_json(self._table.to_json())
+    def table(self) -> RoutingTable:
+        return RoutingTable.from_json(self._table.to_json())
 
-    def sites_up(self, table: ProxyState) -> list[str]:
-        return list(table.active)
+    def sites_up(self, table: RoutingTable) -> list[str]:
+        return list(table.routes.active)
 
-    def routing(self):  # noqa: ANN201
-        from contextlib import contextmanager
-
-        @contextmanager
-        def block():  # noqa: ANN202
-            t = self.table()
-            yield t
-            self._table = t
-        return block()
+    def raise_planned(self, site: str, granted: int, planned: dict) -> int | None:
+        t = self.table()
+        if site not in t.ready.planned:
+            return None
+        t.ready.planned[site] = planned
+        t.ready.wanted.setdefault(site, {})["golden"] = max(t.ready.want(site), granted)
+        self._table = t
+        return t.ready.want(site)
 
 
 def test_a_replenisher_replans_a_site_the_plan_cut_and_boots_its_spare_once_it_fits(monkeypatch) -> None:
     from envctl.state import capacity
 
     monkeypatch.setattr("envctl.plan.host_memory", lambda: 24 * 10 ** 9)
-    cut = ProxyState(active={"reddit": "a"}, wanted={"reddit": 0},
-                     planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
+    cut = tbl(active={"reddit": "a"}, wanted={"reddit": 0},
+              planned={"reddit": {"wanted": 1, "why": "reddit: 0 of 1 spare: ..."}})
     inst = FakeInstance(cut)
     me = mini_instance("me", 80 * MIB, spare=False, wanted=0)
     full = engine(*[(f"o{i}", mini_instance(f"o{i}", 400 * MIB)) for i in range(30)], ("me", me))
-    monkeypatch.setattr(capacity, "engine_or_none", lambda: full)
+    monkeypatch.setattr(capacity, "engine_or_none", lambda _inst=None: full)
     assert capacity.replan(inst, "reddit") == 0  # still no room: kept at 0, the reason renewed
-    assert "30 other instances" in inst.table().planned["reddit"]["why"]
+    assert "30 other instances" in inst.table().ready.planned["reddit"]["why"]
     freed = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(3)], ("me", me))
-    monkeypatch.setattr(capacity, "engine_or_none", lambda: freed)
+    monkeypatch.setattr(capacity, "engine_or_none", lambda _inst=None: freed)
     assert capacity.replan(inst, "reddit") == 1  # memory freed up: the spare fits now
     t = inst.table()
-    assert t.wanted["reddit"] == 1 and t.planned["reddit"]["why"] == "" and not capacity.short(t, "reddit")
+    assert t.ready.want("reddit") == 1 and t.ready.planned["reddit"]["why"] == "" and not capacity.short(t, "reddit")
     assert capacity.replan(inst, "reddit") is None  # not short any more: nothing to plan
     # '--spares 0' (no 'planned' entry): the plan never overrides it
-    explicit = FakeInstance(ProxyState(active={"reddit": "a"}, wanted={"reddit": 0}))
-    assert capacity.replan(explicit, "reddit") is None and explicit.table().wanted == {"reddit": 0}
+    explicit = FakeInstance(tbl(active={"reddit": "a"}, wanted={"reddit": 0}))
+    assert capacity.replan(explicit, "reddit") is None and explicit.table().ready.wanted == {"reddit": {"golden": 0}}
 
 
 def envctl(*args: str) -> subprocess.CompletedProcess:
@@ -235,7 +244,7 @@ def test_plan_command() -> None:
 @pytest.mark.docker
 @pytest.mark.mini
 def test_down_stops_a_spare_being_booted(docker_engine, tmp_path) -> None:
-    from envctl.state.reset import replenisher_pids
+    from envctl.state.ready import worker_pids as replenisher_pids
 
     inst = "pl1"
     envctl("down", "-i", inst, "--volumes")
@@ -294,8 +303,8 @@ def test_default_up_keeps_a_spare_so_resets_between_episodes_never_recreate(dock
 def test_up_repairing_a_site_keeps_the_spare_a_replenisher_is_booting(docker_engine, tmp_path) -> None:
     """'up' repairs a site whose active copy is gone and removes leftovers of interrupted runs, but not
     the spare a background replenisher is booting at that moment (it holds the site's spare lock)."""
-    from envctl.provision import proxy
-    from envctl.state.reset import replenisher_pids
+    from envctl.instance import Instance
+    from envctl.state.ready import worker_pids as replenisher_pids
 
     inst = "pl3"
     auth = str(tmp_path / "auth")
@@ -331,8 +340,8 @@ def test_up_repairing_a_site_keeps_the_spare_a_replenisher_is_booting(docker_eng
         deadline = time.monotonic() + 120
         while replenisher_pids(inst) and time.monotonic() < deadline:
             time.sleep(0.5)
-        st = proxy.read_state(inst)
-        assert st is not None and st.spares.get("reddit") and set(st.spares["reddit"]) <= booting, st
-        assert st.active["reddit"] not in active, "the repaired site runs on a new copy"
+        st = Instance.get(load_catalog(), inst).table()
+        assert st.ready.spares("reddit") and set(st.ready.spares("reddit")) <= booting, st
+        assert st.routes.active["reddit"] not in active, "the repaired site runs on a new copy"
     finally:
         envctl("down", "-i", inst, "--volumes")

@@ -13,8 +13,9 @@ import requests
 
 from envctl.errors import EnvctlError
 from envctl.lab import Lab
-from envctl.provision import docker as dk
-from envctl.provision.proxy import Route
+from envctl.backends.docker import ENGINE as dk
+from envctl.backends.base import member_name
+from envctl.routing.table import Route
 
 from conftest import TEST_LABEL, tear_down, up_reddit
 
@@ -61,7 +62,7 @@ def test_redefining_pristine_saves_the_in_place_state_again(lab):
     gone = f"gone {uuid.uuid4().hex[:6]}"
     post_on_reddit(lab, gone)
     assert not lab.verify("reddit").ok
-    [r] = lab.reset(["reddit"], tier="inplace", replenish_async=False)
+    [r] = lab.reset(["reddit"], tier="inplace", refill=False)
     assert r.ok and r.tier == "inplace" and r.escalations == [], r
     page = forum_page(lab)
     assert kept in page and gone not in page
@@ -72,7 +73,7 @@ def test_up_repairing_a_copy_booted_from_the_golden_keeps_the_golden_pristine(la
     """'up' repairs a running copy that fails its probes; that copy may have been written to, so its
     fingerprint is no definition of pristine: the golden image's label is."""
     lab.snapshot_create("reddit")
-    [r] = lab.reset(["reddit"], tier="recreate", replenish_async=False)
+    [r] = lab.reset(["reddit"], tier="recreate", refill=False)
     assert r.ok and r.tier == "recreate", r
     inst = lab.running()
     assert inst.active_copy("reddit", inst.table()).golden, "the active copy must be booted from the golden"
@@ -81,11 +82,11 @@ def test_up_repairing_a_copy_booted_from_the_golden_keeps_the_golden_pristine(la
     post_on_reddit(lab, dirty)
     assert not lab.verify("reddit").ok
     # the copy keeps running but fails its probes: its route points at a port nothing listens on
-    with inst.routing() as table:
-        web = inst.backend.container_name("reddit", "web", table.active["reddit"])
-        for port, route in list(table.routes.items()):
+    with inst._routing() as table:
+        web = member_name(INSTANCE, "reddit", "web", table.routes.active["reddit"])
+        for port, route in list(table.routes.by_port.items()):
             if route.backend == web:
-                table.routes[port] = Route(web, 1, route.allow)
+                table.routes.by_port[port] = Route(web, 1, route.allow)
     assert not lab.health(["reddit"])["reddit"][0].ok
     res = lab.up(["reddit"], flavor="mini", port_offset=OFFSET, login=False, spares=0)
     [site] = res.sites

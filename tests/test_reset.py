@@ -17,8 +17,10 @@ from envctl.catalog import load_catalog
 from envctl.errors import EnvctlError
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.provision import docker as dk
-from envctl.provision import proxy
+from envctl.backends.docker import ENGINE as dk
+from envctl.backends.base import member_name
+from envctl.routing import proxy
+from envctl.routing.table import RoutingTable
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 INSTANCE, OFFSET = "rt", 12000  # every port below the ephemeral range (32768+)
@@ -64,8 +66,8 @@ def open_gitlab_issue(lab: Lab, title: str) -> None:
     assert r.status_code in (200, 201), r.text
 
 
-def state(lab: Lab) -> proxy.ProxyState:
-    st = proxy.read_state(lab.instance)
+def state(lab: Lab) -> RoutingTable:
+    st = lab.running()._read()
     assert st is not None
     return st
 
@@ -73,10 +75,10 @@ def state(lab: Lab) -> proxy.ProxyState:
 def assert_consistent(lab: Lab, site: str) -> None:
     """One active copy, routed; every listed spare running and pristine; nothing else running."""
     st = state(lab)
-    copies = lab.running().backend.copies(site)
-    active = st.active[site]
+    copies = lab.running().copies(site)
+    active = st.routes.active[site]
     assert (site, active) in copies and copies[(site, active)].running()
-    for slot in st.spares.get(site, []):
+    for slot in st.ready.spares(site):
         assert (site, slot) in copies and copies[(site, slot)].running()
     assert lab.verify(site).ok
 
@@ -88,7 +90,7 @@ def test_verify_reports_drift_and_spare_swap_restores(lab):
     post_on_reddit(lab, f"drift {uuid.uuid4().hex[:6]}")
     v = lab.verify("reddit")
     assert not v.ok and any("submissions" in line for line in v.differences), v
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok and r.tier == "spare" and r.escalations == [], r
     assert set(r.phases) >= {"swap", "verify"}
     assert url(lab, "reddit") == before_url
@@ -99,11 +101,11 @@ def test_verify_reports_drift_and_spare_swap_restores(lab):
 def test_tampered_spare_escalates_to_the_inplace_tier(lab):
     lab.replenish("reddit", 1)
     spare = state(lab).spares["reddit"][0]
-    name = lab.running().backend.container_name("reddit", "web", spare)
+    name = member_name(INSTANCE, "reddit", "web", spare)
     # an agent that reached the spare: write to it through the proxy, addressing that copy
     post_on_reddit(lab, "tampered spare", headers={proxy.BACKEND_HEADER: f"{name}:80"})
     assert lab.verify("reddit").ok  # the active copy is untouched
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     # the tampered copy is routed, fails its fingerprint, and the next tier restores its database in place
     assert r.ok and r.tier == "inplace", r
     assert r.escalations and r.escalations[0].startswith("spare: fingerprint differs"), r.escalations
@@ -116,7 +118,7 @@ def test_spares_queue_for_the_machines_boot_slots(lab):
     instance's), so many resets ending together do not starve the resets in progress. While every slot is
     held, a replenisher boots nothing and says it waits; once a slot frees it boots its spare."""
     from envctl.locks import locked
-    from envctl.state.reset import BOOT_SLOTS
+    from envctl.state.ready import BOOT_SLOTS
 
     lab.replenish("reddit", 0)
     before = {c.name for c in dk.containers(instance=INSTANCE, site="reddit")}
@@ -149,19 +151,19 @@ def test_spare_less_inplace_tier_restores_the_database_inside_the_running_copy(l
     """No spare ready (a host with no memory for one): reddit's database is copied back from the template
     saved while the copy was pristine, in the same copy; then verified like any tier."""
     lab.replenish("reddit", 0)
-    with lab.running().routing() as st:
-        st.spares["reddit"] = []
+    with lab.running()._routing() as st:
+        st.ready.slots.setdefault("reddit", {})["golden"] = []
     lab.replenish("reddit", 0)  # removes the spare no longer listed
-    active = state(lab).active["reddit"]
+    active = state(lab).routes.active["reddit"]
     for tier in (None, "inplace"):  # the default chain (spare -> inplace -> recreate), then asked for
         title = f"in place {uuid.uuid4().hex[:6]}"
         post_on_reddit(lab, title)
         assert not lab.verify("reddit").ok
-        [r] = lab.reset(["reddit"], tier=tier, replenish_async=False)
+        [r] = lab.reset(["reddit"], tier=tier, refill=False)
         assert r.ok and r.tier == "inplace", r
         assert r.escalations == ([] if tier else ["spare: no spare ready"]), r.escalations
         assert {"inplace", "verify", "login"} <= set(r.phases), r.phases
-        assert state(lab).active["reddit"] == active, "the in-place tier keeps the copy"
+        assert state(lab).routes.active["reddit"] == active, "the in-place tier keeps the copy"
         assert lab.verify("reddit").ok
         assert title not in requests.get(f"{url(lab, 'reddit')}/f/books/new", timeout=20).text
     assert_consistent(lab, "reddit")
@@ -181,16 +183,16 @@ def test_endpoint_tier_for_classifieds(lab):
 def test_recreate_tier_and_golden_image(lab):
     open_gitlab_issue(lab, "an agent was here")
     assert not lab.verify("gitlab").ok
-    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    [r] = lab.reset(["gitlab"], tier="recreate", refill=False)
     assert r.ok and r.tier == "recreate", r
     assert lab.verify("gitlab").ok
     from envctl.state.snapshots import golden_images
 
     images, key = golden_images(lab.running(), "gitlab")
     assert images and key  # the first recreate made the golden image
-    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    [r] = lab.reset(["gitlab"], tier="recreate", refill=False)
     assert r.ok and lab.verify("gitlab").ok
-    labels = dk.inspect(lab.container("gitlab")).config.labels
+    labels = dk.container(lab.container("gitlab")).labels
     assert labels["envctl.golden"] == key  # the next copy booted from it, already configured
     assert "configure" not in r.phases or r.phases.get("configure", 0) == 0
 
@@ -231,28 +233,28 @@ def test_sigkill_during_swap_and_spare_boot_then_reset_recovers(lab):
     p.send_signal(signal.SIGKILL)
     p.wait()
     # 2. kill a replenisher while it boots a spare
-    with lab.running().routing() as st:
-        st.wanted["reddit"] = 2
-    q = _envctl("_replenish", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
+    with lab.running()._routing() as st:
+        st.ready.wanted.setdefault("reddit", {})["golden"] = 2
+    q = _envctl("_ready", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
     deadline = time.monotonic() + 60
-    n0 = len(lab.running().backend.copies("reddit"))
-    while time.monotonic() < deadline and len(lab.running().backend.copies("reddit")) <= n0:
+    n0 = len(lab.running().copies("reddit"))
+    while time.monotonic() < deadline and len(lab.running().copies("reddit")) <= n0:
         time.sleep(0.2)
     q.send_signal(signal.SIGKILL)
     q.wait()
     st = state(lab)
-    booted_by_killed = [slot for (_, slot) in lab.running().backend.copies("reddit")
-                        if slot != st.active["reddit"] and slot not in st.spares.get("reddit", [])]
+    booted_by_killed = [slot for (_, slot) in lab.running().copies("reddit")
+                        if slot != st.routes.active["reddit"] and slot not in st.ready.spares("reddit")]
     # never marked ready unless verified, never two actives
-    assert all(slot not in st.spares.get("reddit", []) for slot in booted_by_killed)
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert all(slot not in st.ready.spares("reddit") for slot in booted_by_killed)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok, r
-    with lab.running().routing() as st:
-        st.wanted["reddit"] = 1
+    with lab.running()._routing() as st:
+        st.ready.wanted.setdefault("reddit", {})["golden"] = 1
     lab.replenish("reddit")
     st = state(lab)
-    left = set(slot for (_, slot) in lab.running().backend.copies("reddit"))
-    assert left == {st.active["reddit"], *st.spares.get("reddit", [])}
+    left = set(slot for (_, slot) in lab.running().copies("reddit"))
+    assert left == {st.routes.active["reddit"], *st.ready.spares("reddit")}
     assert_consistent(lab, "reddit")
 
 
@@ -322,28 +324,28 @@ def test_named_snapshot_create_and_restore(lab):
     drifted = lab.verify("reddit").actual
     snap = lab.snapshot_create("reddit", "mid-episode")
     assert snap.fingerprint == drifted
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok and lab.verify("reddit").ok
     lab.snapshot_restore("reddit", "mid-episode")
     assert lab.verify("reddit").actual == drifted
 
     assert any(s.name == "mid-episode" for s in lab.snapshots("reddit"))
     lab.snapshot_remove("mid-episode", "reddit")
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok and lab.verify("reddit").ok
 
 
 def test_volume_contents_are_captured_by_golden_and_snapshots(lab):
     """GitLab declares VOLUMEs (as gitlab/gitlab-ce does), which 'docker commit' leaves out: a write inside
     one is undone by a reset, and a snapshot taken with it brings it back."""
-    from envctl.provision.docker import image_volumes
+    image_volumes = dk.image_volumes
 
     assert "/var/opt/gitlab" in image_volumes("envctl-mini/gitlab:1")
     marker = "/var/opt/gitlab/envctl-test-marker"
     assert lab.exec("gitlab", ["sh", "-c", f"echo kept > {marker}"])[0] == 0
     lab.snapshot_create("gitlab", "with-marker")
     try:
-        [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+        [r] = lab.reset(["gitlab"], tier="recreate", refill=False)
         assert r.ok, r
         assert lab.exec("gitlab", ["test", "-e", marker])[0] != 0, "a reset kept a write inside a volume"
         lab.snapshot_restore("gitlab", "with-marker")
@@ -354,5 +356,5 @@ def test_volume_contents_are_captured_by_golden_and_snapshots(lab):
         assert lab.exec("gitlab", ["test", "-e", pidfile])[0] == 0  # the live server's own
     finally:
         lab.snapshot_remove("with-marker", "gitlab")
-    [r] = lab.reset(["gitlab"], tier="recreate", replenish_async=False)
+    [r] = lab.reset(["gitlab"], tier="recreate", refill=False)
     assert r.ok and lab.verify("gitlab").ok

@@ -20,8 +20,8 @@ import requests
 from conftest import tear_down, up_reddit
 from envctl.instance import Instance
 from envctl.lab import Lab
-from envctl.provision import docker as dk
-from envctl.provision import proxy
+from envctl.backends.docker import ENGINE as dk
+from envctl.routing.table import RoutingTable, snapshot_source
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 INSTANCE, OFFSET = "snlive", 14100
@@ -55,10 +55,19 @@ def listed(lab: Lab, title: str) -> bool:
     return title in r.text
 
 
-def table(lab: Lab) -> proxy.ProxyState:
-    st = proxy.read_state(lab.instance)
+def table(lab: Lab) -> RoutingTable:
+    st = lab.running()._read()
     assert st is not None
     return st
+
+
+def warm(st: RoutingTable, name: str) -> list[str]:
+    """The ready (warm) copies of snapshot ``name`` of reddit."""
+    return [r.slot for r in st.ready.of("reddit", snapshot_source(name))]
+
+
+def wants_warm(st: RoutingTable, name: str) -> bool:
+    return snapshot_source(name) in st.ready.sources("reddit")
 
 
 def cookie_logged_in(lab: Lab, cookies: list[dict]) -> bool:
@@ -73,12 +82,12 @@ def wait_warm(lab: Lab, name: str, timeout: float = 180) -> list[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = table(lab)
-        slots = st.warm.get("reddit", {}).get(name, [])
-        copies = {slot for (_, slot) in lab.running().backend.copies("reddit")}
-        if slots and copies == {st.active["reddit"], *st.spares.get("reddit", []), *st.warm_slots("reddit")}:
+        slots = warm(st, name)
+        copies = {slot for (_, slot) in lab.running().copies("reddit")}
+        if slots and copies == {st.routes.active["reddit"], *st.ready.all_slots("reddit")}:
             return slots
         time.sleep(0.3)
-    pytest.fail(f"no warm copy of {name} within {timeout}s: {table(lab).warm}")
+    pytest.fail(f"no warm copy of {name} within {timeout}s: {table(lab).ready}")
 
 
 class Hammer:
@@ -170,20 +179,20 @@ def test_warm_restore_swaps_and_state_matches_the_snapshot(lab):
     snap = json.loads(cli.stdout)
     assert snap["method"] == "freeze" and {"freeze", "capture", "warm"} <= set(snap["timings"]), snap
     [slot] = snap["warm"]
-    assert table(lab).warm["reddit"]["episode"] == [slot]
-    dirty = table(lab).active["reddit"]
+    assert warm(table(lab), "episode") == [slot]
+    dirty = table(lab).routes.active["reddit"]
     post(lab, after)
     assert lab.verify("reddit").actual != snap["fingerprint"]
 
     res = lab.snapshot_restore("reddit", "episode")
     assert res.method == "warm" and res.warm == [slot] and set(res.timings) >= {"swap", "verify"}, res
-    assert table(lab).active["reddit"] == slot
+    assert table(lab).routes.active["reddit"] == slot
     assert lab.verify("reddit").actual == snap["fingerprint"] == res.fingerprint
     assert listed(lab, before) and not listed(lab, after)
     assert res.login == "kept"  # the login file from before the snapshot logs in on the restored copy
     # in the background: the replaced copy is removed and the next warm copy booted
     [next_slot] = wait_warm(lab, "episode")
-    assert next_slot != slot and (("reddit", dirty) not in lab.running().backend.copies("reddit"))
+    assert next_slot != slot and (("reddit", dirty) not in lab.running().copies("reddit"))
     # and the next restore is a swap again
     post(lab, after)
     res2 = lab.snapshot_restore("reddit", "episode")
@@ -199,7 +208,7 @@ def test_session_from_before_the_snapshot_is_valid_after_restore(lab):
     assert cookie_logged_in(lab, before)
     lab.snapshot_create("reddit", "session", warm=True)
     # a reset boots a pristine copy (whose sessions table knows no such session) and renews the login file
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok, r
     assert not cookie_logged_in(lab, before)
     renewed = json.loads(state_file.read_text())["cookies"]
@@ -221,39 +230,39 @@ def test_cold_restore_without_a_warm_copy(lab):
     title = f"cold {uuid.uuid4().hex[:6]}"
     post(lab, title)
     snap = lab.snapshot_create("reddit", "cold")
-    assert snap.warm == [] and "cold" not in table(lab).warm.get("reddit", {})
-    [r] = lab.reset(["reddit"], replenish_async=False)
+    assert snap.warm == [] and not wants_warm(table(lab), "cold")
+    [r] = lab.reset(["reddit"], refill=False)
     assert r.ok and not listed(lab, title)
     res = lab.snapshot_restore("reddit", "cold", background=False)
     assert res.method == "cold" and "boot" in res.timings, res
     assert listed(lab, title) and lab.verify("reddit").actual == snap.fingerprint
     # no warm copy was asked for: none is kept, and the replaced copy is gone
     st = table(lab)
-    assert "cold" not in st.warm.get("reddit", {})
-    assert {slot for (_, slot) in lab.running().backend.copies("reddit")} == {st.active["reddit"],
-                                                                              *st.warm_slots("reddit")}
+    assert not wants_warm(st, "cold")
+    assert {slot for (_, slot) in lab.running().copies("reddit")} == {st.routes.active["reddit"],
+                                                                              *st.ready.all_slots("reddit")}
     lab.snapshot_remove("cold", "reddit")
 
 
 def test_rm_and_down_remove_warm_copies(lab):
     lab.snapshot_create("reddit", "doomed", warm=True)
-    [slot] = table(lab).warm["reddit"]["doomed"]
-    assert ("reddit", slot) in lab.running().backend.copies("reddit")
+    [slot] = warm(table(lab), "doomed")
+    assert ("reddit", slot) in lab.running().copies("reddit")
     # re-taking a snapshot replaces its warm copies (booted from the old images)
     again = lab.snapshot_create("reddit", "doomed", warm=True)
     assert again.warm and again.warm != [slot]
-    assert ("reddit", slot) not in lab.running().backend.copies("reddit")
+    assert ("reddit", slot) not in lab.running().copies("reddit")
     # rm: images, warm copies and the table entry go
     lab.snapshot_remove("doomed", "reddit")
-    assert "doomed" not in table(lab).warm.get("reddit", {})
-    assert ("reddit", again.warm[0]) not in lab.running().backend.copies("reddit")
+    assert not wants_warm(table(lab), "doomed")
+    assert ("reddit", again.warm[0]) not in lab.running().copies("reddit")
     assert not any(s.name == "doomed" for s in lab.snapshots("reddit"))
     # a stray cleanup (what every reset does) keeps warm copies
     lab.snapshot_create("reddit", "kept-warm", warm=True)
-    [kept] = table(lab).warm["reddit"]["kept-warm"]
-    [r] = lab.reset(["reddit"], replenish_async=False)
-    assert r.ok and ("reddit", kept) in lab.running().backend.copies("reddit")
+    [kept] = warm(table(lab), "kept-warm")
+    [r] = lab.reset(["reddit"], refill=False)
+    assert r.ok and ("reddit", kept) in lab.running().copies("reddit")
     # down of the site removes its warm copies and their table entry
     lab.down(["reddit"])
     assert not dk.containers(instance=INSTANCE, site="reddit")
-    assert "reddit" not in table(lab).warm
+    assert not table(lab).ready.sources("reddit")

@@ -39,7 +39,7 @@ def replenishers() -> list[int]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"_replenish" in argv and INSTANCE.encode() in argv:
+        if b"_ready" in argv and INSTANCE.encode() in argv:
             pids.append(int(d.name))
     return pids
 
@@ -107,7 +107,7 @@ def test_logins_and_pages_while_resetting(lab, tier, seconds):
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         t0 = time.monotonic()
-        [r] = lab.reset(["reddit"], tier=tier, replenish_async=tier is None)
+        [r] = lab.reset(["reddit"], tier=tier, refill=tier is None)
         windows.append((t0, time.monotonic(), r.tier, r.ok))
         time.sleep(0.5)
     stop.set()

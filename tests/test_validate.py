@@ -285,7 +285,7 @@ def test_secret_key_names():
 # -- private state files ---------------------------------------------------------------------------
 
 def test_lock_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch):
-    from envctl.locks import UnsafeStateDir, lock_dir
+    from envctl.locks import UnsafeStateDir, state_dir
 
     if os.getuid() != 0:
         pytest.skip("needs root to make a directory owned by another user")
@@ -295,23 +295,23 @@ def test_lock_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     planted.mkdir(mode=0o777)
     os.chown(planted, 12345, 12345)
     with pytest.raises(UnsafeStateDir) as err:
-        lock_dir()
+        state_dir()
     assert "uid 12345" in str(err.value) and "ENVCTL_STATE_DIR" in str(err.value)
 
 
 def test_lock_dir_symlink_is_refused_and_loose_mode_tightened(tmp_path, monkeypatch):
-    from envctl.locks import UnsafeStateDir, lock_dir
+    from envctl.locks import UnsafeStateDir, state_dir
 
     monkeypatch.delenv("ENVCTL_STATE_DIR", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / f"envctl-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UnsafeStateDir, match="symbolic link"):
-        lock_dir()
+        state_dir()
     (tmp_path / f"envctl-{os.getuid()}").unlink()
     (tmp_path / f"envctl-{os.getuid()}").mkdir(mode=0o777)
     os.chmod(tmp_path / f"envctl-{os.getuid()}", 0o777)
-    assert stat.S_IMODE(os.stat(lock_dir()).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(state_dir()).st_mode) == 0o700
 
 
 def test_unexpected_error_traceback_goes_to_a_private_state_file(tmp_path, monkeypatch):

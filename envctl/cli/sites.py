@@ -46,7 +46,9 @@ def sites_show(ctx: Ctx, site: str, as_json: bool) -> None:
 
     from envctl.render import console, emit_json
 
-    data = ctx.catalog.describe(site)
+    from envctl.catalog import describe
+
+    data = describe(ctx.catalog, site)
     if as_json:
         return emit_json(data)
     console.print(yaml.safe_dump({site: data}, sort_keys=False, width=110))

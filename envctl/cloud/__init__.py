@@ -14,15 +14,13 @@ from typing import Any, Callable, Sequence
 
 from envctl.catalog import load_catalog
 from envctl.errors import CloudError, UsageError
-from envctl.leases.pool import Pool
 from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
                              validate_lab_name, validate_region)
 import envctl.cloud.ec2 as ec2mod
 import envctl.cloud.hosts as labmod
-import envctl.cloud.pool as poolmod
 from envctl.cloud.hosts import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
 
-__all__ = ["up", "status", "env", "reset", "down", "pool", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
+__all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
 
 
 def ttl_minutes(text: str) -> int:
@@ -62,30 +60,3 @@ def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: st
                              root_gb=sizing.root_gb, data_gb=sizing.data_gb)
     return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, instance_offsets=offsets,
                          progress=progress)
-
-
-def pool(lab: str, *, log: Callable[[str], None] | None = None, reset_timeout: float = 900.0,
-         max_lease: float | None = None) -> Pool:
-    """The lab as one lease pool: every instance of every host (from the manifest: its URLs and its
-    host's reset server, with the lab's token). Serve it with ``envctl.serve.serve_pool`` and call
-    ``start()`` on it. Lease records are kept in ``<labs dir>/<lab>.leases.json`` (0600)."""
-    m = LabManifest.load(lab)
-    catalog = load_catalog()
-    sites = catalog.resolve(None if m.sites == "all" else m.sites.split(","))
-    port = catalog.reset_server.port
-    members: list[poolmod.RemoteLab] = []
-    for h in m.hosts:
-        for inst in h.instances:
-            env = {k: str(v) for k, v in (inst.env or {}).items() if isinstance(v, (str, int))}
-            if not any(k.startswith("WA_") for k in env):
-                continue  # the play collected nothing usable for it (see 'cloud status')
-            url = env.get("WA_FULL_RESET") or (
-                f"http://{h.public_host or h.address}:{port + inst.port_offset}/{m.serve_token}" if m.serve_token else "")
-            if url:
-                members.append(poolmod.RemoteLab(h.name, inst.instance, env, url, sites, catalog, reset_timeout=reset_timeout))
-    if not members:
-        raise CloudError(f"lab {lab} has no instance with a reset server to lease",
-                         f"run 'envctl cloud up --lab {lab}' again, or see 'envctl cloud status --lab {lab}'")
-    kwargs: dict[str, Any] = {"log": log} if log else {}
-    store = poolmod.LabStore(members, labmod.lab_file(lab, ".leases.json"))
-    return Pool(lab, store, max_lease=max_lease, **kwargs)

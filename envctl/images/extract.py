@@ -388,6 +388,9 @@ def extract(archive: Path, spec: ExtractSpec, *, sha256: str, data_root: Path, i
 
     Raises ExtractError for an unsafe or unreadable archive, DockerError when a volume cannot be
     written. In every failure case no target is marked complete.
+
+    Long because: one pass over the archive feeds every target (directories and volume helpers) and the
+    cleanup on failure must see all of them; its steps are the members of that one pass.
     """
     began = time.monotonic()
     name = archive.name

@@ -421,6 +421,9 @@ def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path
     """Fill the missing ranges of ``part`` in parallel threads while one thread hashes the file in order.
 
     ``opener`` is ``[head, body]`` of an open response from byte 0, used for a fresh segment at 0.
+
+    Long because: the range fetchers and the hasher are closures sharing one file descriptor, one condition and
+    one stop event; apart they would need a class that carries exactly these and nothing else.
     """
     opener_seg = next((s for s in plan.segments if s.start == 0 and s.done == 0), None)
     with open(part, "ab"):

@@ -1,0 +1,3 @@
+from envctl.cli import main
+
+main()
