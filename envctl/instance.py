@@ -665,12 +665,13 @@ class Instance:
         self.backend.distribute(refs, progress)
 
     # -- what this instance leaves behind --------------------------------------------------------------
-    def remove_strays(self, site: str, table: RoutingTable) -> list[Copy]:
+    def remove_strays(self, site: str, table: RoutingTable, *, holding: bool = False) -> list[Copy]:
         """Remove copies of ``site`` that are neither active nor ready; returns them. A copy still booting
-        is kept while its booter holds the site's ready lock, and an active-role one while 'up' holds the
-        site's boot lock (a booter killed mid-way leaves one that the next cleanup removes)."""
+        is kept while its booter holds the site's ready lock (unless the caller holds it: ``holding``), and an
+        active-role one while 'up' holds the site's boot lock (a booter killed mid-way leaves one that the next
+        cleanup removes)."""
         keep = {table.routes.active.get(site)} | set(table.ready.all_slots(site))
-        booting: bool | None = None
+        booting: bool | None = False if holding else None
         activating: bool | None = None
         removed = []
         for (_, slot), c in self.copies(site).items():

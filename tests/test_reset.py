@@ -85,7 +85,7 @@ def assert_consistent(lab: Lab, site: str) -> None:
 
 def test_verify_reports_drift_and_spare_swap_restores(lab):
     assert lab.verify("reddit").ok
-    assert lab.replenish("reddit", 1) or state(lab).spares.get("reddit")
+    assert lab.replenish("reddit", 1) or state(lab).ready.spares("reddit")
     before_url = url(lab, "reddit")
     post_on_reddit(lab, f"drift {uuid.uuid4().hex[:6]}")
     v = lab.verify("reddit")
@@ -100,7 +100,7 @@ def test_verify_reports_drift_and_spare_swap_restores(lab):
 
 def test_tampered_spare_escalates_to_the_inplace_tier(lab):
     lab.replenish("reddit", 1)
-    spare = state(lab).spares["reddit"][0]
+    spare = state(lab).ready.spares("reddit")[0]
     name = member_name(INSTANCE, "reddit", "web", spare)
     # an agent that reached the spare: write to it through the proxy, addressing that copy
     post_on_reddit(lab, "tampered spare", headers={proxy.BACKEND_HEADER: f"{name}:80"})
@@ -132,18 +132,18 @@ def test_spares_queue_for_the_machines_boot_slots(lab):
     try:
         t.start()
         deadline = time.monotonic() + 20
-        while not any(p == "wait" and "spare-boot slots" in d for p, d in notes) and time.monotonic() < deadline:
+        while not any(p == "wait" and "boot slots" in d for p, d in notes) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert any(p == "wait" and f"{BOOT_SLOTS} spare-boot slots" in d for p, d in notes), notes
+        assert any(p == "wait" and f"{BOOT_SLOTS} boot slots" in d for p, d in notes), notes
         time.sleep(1.0)
         assert {c.name for c in dk.containers(instance=INSTANCE, site="reddit")} == before  # nothing booted
-        assert not state(lab).spares.get("reddit")
+        assert not state(lab).ready.spares("reddit")
     finally:
         held[0].__exit__(None, None, None)  # one slot frees
         t.join(180)
         for h in held[1:]:
             h.__exit__(None, None, None)
-    assert not t.is_alive() and len(booted) == 1 and state(lab).spares["reddit"] == booted, (booted, notes)
+    assert not t.is_alive() and len(booted) == 1 and state(lab).ready.spares("reddit") == booted, (booted, notes)
     lab.replenish("reddit", 0)
 
 
@@ -216,7 +216,7 @@ def test_ten_write_then_reset_cycles_all_verify(lab):
     assert tiers.count("spare") >= 1 and set(tiers) <= {"spare", "inplace"}, tiers
     # let the background replenisher finish, then the instance is consistent
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not state(lab).spares.get("reddit"):
+    while time.monotonic() < deadline and not state(lab).ready.spares("reddit"):
         time.sleep(1)
     assert_consistent(lab, "reddit")
 

@@ -120,12 +120,13 @@ def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress:
     return copy
 
 
-def cleanup(inst: Instance, logins: Logins, site: str) -> list[str]:
-    """Remove copies that are neither active nor ready (dirty ones, leftovers of a killed boot); their slots."""
+def cleanup(inst: Instance, logins: Logins, site: str, *, holding: bool = False) -> list[str]:
+    """Remove copies that are neither active nor ready (dirty ones, leftovers of a killed boot); their slots.
+    ``holding``: the caller holds the site's ready lock (no other process can be booting a ready copy of it)."""
     table = inst.table()
     if not table.routes.active and not table.routes.by_port:
         return []  # no live routing table: nothing can be told apart
-    removed = inst.remove_strays(site, table)
+    removed = inst.remove_strays(site, table, holding=holding)
     for c in removed:
         login_state.drop_staged(logins, site, c.slot)
     return [c.slot for c in removed]
@@ -146,7 +147,7 @@ def refill(inst: Instance, logins: Logins, site: str, progress: Progress = _noop
         capacity.replan(inst, site)  # a site the plan cut gets its spare back once it fits (issue 23)
         booted: list[str] = []
         while not inst.cancel.is_set():
-            cleanup(inst, logins, site)  # resets since the last pass left dirty copies
+            cleanup(inst, logins, site, holding=True)  # resets since the last pass left dirty copies
             table = inst.table()
             todo = [s for s in (sources or table.ready.sources(site))
                     if len(table.ready.of(site, s)) < table.ready.want(site, s)]
@@ -156,7 +157,7 @@ def refill(inst: Instance, logins: Logins, site: str, progress: Progress = _noop
                 copy = boot_ready(inst, logins, site, todo[0], progress)
             if copy is not None:
                 booted.append(copy.slot)
-        cleanup(inst, logins, site)
+        cleanup(inst, logins, site, holding=True)
         return booted
     finally:
         ctx.__exit__(None, None, None)
@@ -236,7 +237,7 @@ def cleanup_locked(inst: Instance, logins: Logins, site: str) -> None:
     """:func:`cleanup` under the site's ready lock (skipped when a holder keeps it too long: it cleans up itself)."""
     try:
         with locked(inst.ready_lock(site), timeout=inst.catalog.site(site).health.timeout * 2):
-            cleanup(inst, logins, site)
+            cleanup(inst, logins, site, holding=True)
     except Busy:
         pass
 
