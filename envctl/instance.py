@@ -694,9 +694,9 @@ class Instance:
             removed.append(c)
         return removed
 
-    def remove_all(self, sites: list[str] | None) -> list[str]:
+    def remove_all(self, sites: list[str] | None) -> tuple[list[str], list[str]]:
         """Remove every member of the instance (of ``sites``), the proxy and network too when no site is named;
-        the names removed and those the engine kept (the network, for a stale endpoint)."""
+        (the names removed, what the engine kept: the network, for a stale endpoint)."""
         names = [m.name for (s, _), c in self.copies().items() if sites is None or s in sites for m in c.members.values()]
         self.backend.remove(names)
         kept = []
@@ -708,7 +708,7 @@ class Instance:
                 kept.append(self.network)
         elif self.has_table():
             self.unroute(sites)
-        return sorted(set(names)) + [f"kept:{k}" for k in kept]
+        return sorted(set(names)), kept
 
     def remove_network(self) -> bool:
         return self.backend.remove_network(self.name)

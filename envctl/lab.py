@@ -508,12 +508,13 @@ class Lab:
                               {k: round(v, 3) for k, v in res.phases.items()}, "warm" if res.warm else "cold",
                               warm=[res.copy.slot] if res.warm else [], login=res.login)
 
-    def _images_of(self) -> Instance:
-        """The instance, running or not (goldens and snapshots outlive it): what lists and removes their images."""
-        return self.find() or Instance(self.catalog, InstanceSettings(self.instance), cancel=self.cancel)
+    def _handle(self) -> Instance:
+        """The instance, running or not: goldens, snapshots and volumes outlive it (what lists and removes them)."""
+        return self.find() or Instance(self.catalog, InstanceSettings(self.instance, backend=Instance.backend_kind()),
+                                      cancel=self.cancel)
 
     def snapshots(self, site: str | None = None) -> list[snapshots.SnapshotInfo]:
-        return snapshots.list_snapshots(self._images_of(), site)
+        return snapshots.list_snapshots(self._handle(), site)
 
     def snapshot_remove(self, name: str, site: str | None = None) -> list[str]:
         """Remove a named snapshot's images, its warm copies and the login files kept with it."""
@@ -524,7 +525,7 @@ class Lab:
             for s in [site] if site else list(table.ready.slots) + list(table.ready.wanted):
                 if snapshot_source(name) in table.ready.sources(s):
                     ready.drop(inst, self.logins, s, snapshot_source(name))
-        removed = snapshots.remove_snapshot(self._images_of(), name, site)
+        removed = snapshots.remove_snapshot(self._handle(), name, site)
         for s in [site] if site else list(self.catalog.sites):
             login_state.drop_stash(self.logins, s, name)
         return removed
@@ -623,12 +624,8 @@ class Lab:
         names = self.catalog.resolve(sites) if sites else None
         ready.stop_workers(self.instance, names)  # a ready copy booting in the background would appear later
         with locked(f"instance.{self.instance}"):
-            inst = self.find()
-            if inst is None:
-                return DownResult(self.instance, [], [])
-            gone = inst.remove_all(names)
-            removed = [n for n in gone if not n.startswith("kept:")]
-            kept = [n[len("kept:"):] for n in gone if n.startswith("kept:")]
+            inst = self._handle()  # what carries its labels is removed even when its proxy and network are gone
+            removed, kept = inst.remove_all(names)
             if volumes:
                 vols = inst.volumes() if names is None else [v for n in names for v in inst.volumes(n)]
                 refused = inst.remove_volumes(vols)
