@@ -610,7 +610,7 @@ class Instance:
         if not restart:
             return copy
         order = [s for s in self.catalog.site(copy.site).service_order() if s in copy.members]
-        started = self.backend.start(Copy(copy.site, copy.slot, {s: copy.members[s] for s in order}))
+        started = self.backend.start(Copy(copy.site, copy.slot, {s: copy.members[s] for s in order}), tags)
         self.refresh_addresses(started)
         return started
 

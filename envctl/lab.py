@@ -281,7 +281,10 @@ class Lab:
                 raise UsageError(f"no site asked for has the flavor '{settings.flavor}'", "see 'envctl sites list'")
             for n in lacking:  # --all or a dependency: the sites this flavor does not have are left out, and said so
                 progress(n, "skip", f"no {settings.flavor} flavor: left out (see 'envctl sites show {n}')")
-            self._check_images(names, Instance(self.catalog, settings, cancel=self.cancel))
+            where = Instance(self.catalog, settings, cancel=self.cancel)
+            # where copies boot on other machines (a swarm), the images go where those reach them first
+            where.distribute(sorted({img for n in names for img in where.images(n).values()}), progress)
+            self._check_images(names, where)
             inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel)
             try:
                 ports = self._check_ports(names, inst)

@@ -257,8 +257,9 @@ class Backend(ABC):
     def stop(self, member: Member, timeout: int | None = None) -> None: ...
 
     @abstractmethod
-    def start(self, copy: Copy) -> Copy:
-        """Start a stopped copy again (after a clean-stop commit); the copy as it runs now."""
+    def start(self, copy: Copy, images: dict[str, str] | None = None) -> Copy:
+        """Start a stopped copy again after a clean-stop commit (``images``: what the commit made of each member, the
+        same state: a backend that cannot start a stopped member again boots it from there); the copy as it runs."""
 
     @abstractmethod
     def freeze(self, members: list[Member]) -> None: ...

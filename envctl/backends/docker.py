@@ -227,6 +227,33 @@ class Engine:
             raise DockerError(f"'docker {what or ' '.join(args[:4])}' failed (exit {out.returncode}): {err[-300:]}")
         return out
 
+    def run_cli(self, args: list[str], *, what: str | None = None, timeout: float | None = -1.0) -> str:
+        """A docker CLI command on this engine (what python-on-whales cannot say: ``service create --name``,
+        ``node ps``); its standard output. DockerError naming it when it fails."""
+        return self._cli(args, what=what, timeout=timeout).stdout
+
+    def json_cli(self, args: list[str], *, what: str | None = None) -> Any:
+        """A docker CLI command printing JSON (``inspect``), parsed; [] when it printed nothing."""
+        out = self._cli(args, what=what, check=False)
+        if out.returncode != 0 and not out.stdout.strip().startswith("["):
+            err = out.stderr.strip()
+            if _engine_down(err):
+                raise EngineUnavailable(err.splitlines()[-1])
+            if "No such" in err or "not found" in err:
+                return []
+            raise DockerError(f"'docker {what or ' '.join(args[:3])}' failed (exit {out.returncode}): {err[-300:]}")
+        try:
+            return json.loads(out.stdout or "[]")
+        except ValueError:
+            raise DockerError(f"'docker {what or ' '.join(args[:3])}' printed no JSON: {out.stdout[:200]}") from None
+
+    def ping(self, timeout: float = 5.0) -> bool:
+        """Whether the engine answers at all within ``timeout`` seconds."""
+        try:
+            return self._cli(["version", "--format", "{{.Server.Version}}"], check=False, timeout=timeout).returncode == 0
+        except EngineUnavailable:
+            return False
+
     # -- the engine ---------------------------------------------------------------------------------
     @_wrap
     def info(self) -> dict[str, Any]:

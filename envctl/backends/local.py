@@ -154,7 +154,7 @@ class LocalBackend(Backend):
     def stop(self, member: Member, timeout: int | None = None) -> None:
         self.engine.stop(member.name, timeout=timeout)
 
-    def start(self, copy: Copy) -> Copy:
+    def start(self, copy: Copy, images: dict[str, str] | None = None) -> Copy:
         out = Copy(copy.site, copy.slot)
         for svc, m in copy.members.items():
             self.engine.start(m.name)

@@ -1,0 +1,691 @@
+"""The Swarm backend: an instance's copies are services on a Docker Swarm, reached through a manager.
+
+Point envctl at a swarm with ``ENVCTL_BACKEND=swarm`` (or ``--backend swarm``), ``DOCKER_HOST`` (or the docker
+context) naming a manager, and ``ENVCTL_SWARM_REGISTRY`` the registry every node pulls from (``host:port``, trusted
+as insecure by the nodes' engines). What runs where:
+
+- an instance is placed on one node (the ready, active node matching ``ENVCTL_SWARM_CONSTRAINT`` with the fewest
+  envctl instances, then the most memory not reserved): Swarm has no notion of a group of services that must share
+  a node and its data directory, so envctl chooses it from Swarm's own node list and pins every service of the
+  instance there with a constraint (``node.id==…``); Swarm runs them, restarts them, refuses a drained node;
+- a copy's member is a service (``endpoint-mode dnsrr``: this kernel's Swarm has no IPVS, and the front proxy
+  routes anyway) on the instance's attachable overlay network, named as on one engine, carrying the same labels
+  (on the service and its container), with the catalog's memory as its limit and its reservation; a link alias
+  (``db``) is an ``/etc/hosts`` entry pointing at the dependency's task (a network alias would be shared by every
+  copy of the site on the network);
+- the front proxy is a service publishing the sites' ports in host mode on the instance's node, its routing table
+  on a named volume there (a task Swarm restarts starts on the table as it was);
+- what only a node can do — a step in a member (configure, fingerprints, in-place restores, login helpers), a
+  commit, a freeze, logs — goes to the engine of the node the member's task runs on: the node's label
+  ``envctl.engine`` (``tcp://10.0.0.5:2375``, ``ssh://admin@10.0.0.5``), else ``ENVCTL_SWARM_NODE_ENGINE`` with
+  ``{addr}`` (default ``ssh://{addr}``);
+- images reach every node through the registry: ``images build/get`` results are pushed there from the manager
+  (:meth:`SwarmBackend.distribute`), goldens and snapshots from the node they were committed on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from envctl.backends.base import (Backend, Copy, CopySpec, InstanceSettings, Member, MemberMemory, Progress, ProxyInfo,
+                                  ProxySpec, ServiceSpec, _noop, network_name, proxy_name)
+from envctl.backends.docker import ENGINE, Capture, Engine
+from envctl.backends.registry import Registry
+from envctl.errors import DockerError, EngineUnavailable, EnvctlError, NotReady, UsageError
+from envctl.healthchecks.wait import attempts
+
+HELPER = "debian:bookworm-slim"  # for work on a node's filesystem (bind-mount sources)
+RESTART = {"no": "none", "always": "any", "unless-stopped": "any", "on-failure": "on-failure"}
+RUNNING = "running"
+ENDED = ("complete", "failed", "shutdown", "rejected", "orphaned", "remove")
+_MEM = re.compile(r"^([0-9]+)([kmg])$")
+
+
+def _bytes(text: str | None) -> int:
+    m = _MEM.match(text or "")
+    return int(m.group(1)) * {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)] if m else 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """A swarm node as the manager lists it."""
+
+    id: str
+    hostname: str
+    addr: str
+    state: str  # ready | down | unknown
+    availability: str  # active | pause | drain
+    labels: dict[str, str]
+    memory: int
+    manager: bool
+
+    @property
+    def usable(self) -> bool:
+        return self.state == "ready" and self.availability == "active"
+
+
+@dataclass(frozen=True)
+class Task:
+    """The latest task of a service: where and how it runs."""
+
+    service: str
+    id: str
+    node: str
+    state: str
+    desired: str
+    container: str
+    error: str
+    addresses: dict[str, str]  # network name -> IPv4
+    exit_code: int = 0
+
+
+def _constraint_matches(expr: str, node: Node) -> bool:
+    """Whether ``node`` satisfies one Swarm constraint (``node.labels.K==V``, ``node.hostname!=X``, ...)."""
+    m = re.match(r"^\s*node\.(labels\.([\w.-]+)|hostname|id|role)\s*(==|!=)\s*(\S+)\s*$", expr)
+    if m is None:
+        raise UsageError(f"ENVCTL_SWARM_CONSTRAINT {expr!r} is not a constraint envctl understands",
+                         "give node.labels.KEY==VALUE, node.hostname==NAME, node.id==ID or node.role==worker")
+    field, key, op, want = m.group(1), m.group(2), m.group(3), m.group(4)
+    have = (node.labels.get(key or "") if key else node.hostname if field == "hostname" else node.id if field == "id"
+            else "manager" if node.manager else "worker")
+    return (have == want) == (op == "==")
+
+
+class SwarmBackend(Backend):
+    """Copies as services on a Docker Swarm (see the module's docstring)."""
+
+    kind = "swarm"
+
+    def __init__(self, manager: Engine | None = None, registry: str | None = None) -> None:
+        self.manager = manager or ENGINE
+        self.registry_address = registry if registry is not None else os.environ.get("ENVCTL_SWARM_REGISTRY", "").strip()
+        self._registry: Registry | None = None
+        self._engines: dict[str, Engine] = {}
+        self._nodes: dict[str, Node] = {}
+        self._nodes_at = -1e9
+        self._lock = threading.Lock()
+
+    # -- the swarm ----------------------------------------------------------------------------------
+    @property
+    def registry(self) -> Registry:
+        if not self.registry_address:
+            raise UsageError("the swarm backend needs a registry every node pulls from",
+                             "set ENVCTL_SWARM_REGISTRY=host:port (e.g. the registry 'envctl cloud up' runs on the manager)")
+        if self._registry is None:
+            self._registry = Registry(self.registry_address)
+        return self._registry
+
+    def ref(self, image: str) -> str:
+        """The reference a node pulls ``image`` by: the registry's copy."""
+        return image if image.startswith(self.registry_address + "/") else f"{self.registry_address}/{image}"
+
+    def info(self) -> dict[str, object]:
+        info = self.manager.info()
+        if not info.get("swarm_manager"):
+            where = self.manager.where
+            raise EngineUnavailable(f"{where} is not a swarm manager (swarm: {info.get('swarm') or 'inactive'})",
+                                    "point DOCKER_HOST at a manager of the swarm ('docker swarm init' makes one), or "
+                                    "unset ENVCTL_BACKEND for this machine's engine")
+        self.registry  # noqa: B018 - a missing registry setting is named before anything runs
+        return info
+
+    def nodes(self, *, fresh: bool = False) -> dict[str, Node]:
+        """The swarm's nodes by id (read again when older than 2 s, or ``fresh``)."""
+        with self._lock:
+            if not fresh and time.monotonic() - self._nodes_at < 2.0:
+                return dict(self._nodes)
+        ids = self.manager.run_cli(["node", "ls", "-q"], what="node ls").split()
+        raw = self.manager.json_cli(["node", "inspect", *ids], what="node inspect") if ids else []
+        nodes = {}
+        for n in raw:
+            desc, spec, status = n.get("Description") or {}, n.get("Spec") or {}, n.get("Status") or {}
+            addr = status.get("Addr") or ""
+            if addr in ("", "0.0.0.0") and n.get("ManagerStatus"):
+                addr = str(n["ManagerStatus"].get("Addr", "")).rsplit(":", 1)[0]
+            nodes[n["ID"]] = Node(n["ID"], desc.get("Hostname", ""), addr, status.get("State", "unknown"),
+                                  spec.get("Availability", "active"), dict(spec.get("Labels") or {}),
+                                  int((desc.get("Resources") or {}).get("MemoryBytes") or 0), spec.get("Role") == "manager")
+        with self._lock:
+            self._nodes, self._nodes_at = nodes, time.monotonic()
+        return dict(nodes)
+
+    def node(self, node_id: str) -> Node:
+        nodes = self.nodes()
+        if node_id not in nodes:
+            nodes = self.nodes(fresh=True)
+        if node_id not in nodes:
+            raise EnvctlError(f"swarm node {node_id[:12]} is not in the swarm any more",
+                              "bring the instance up again ('envctl up'): it is placed on another node")
+        return nodes[node_id]
+
+    def engine(self, node_id: str) -> Engine:
+        """The engine of a node: its ``envctl.engine`` label, else ENVCTL_SWARM_NODE_ENGINE with {addr}."""
+        node = self.node(node_id)
+        url = node.labels.get("envctl.engine") or os.environ.get("ENVCTL_SWARM_NODE_ENGINE", "ssh://{addr}").format(
+            addr=node.addr, hostname=node.hostname)
+        with self._lock:
+            if url not in self._engines:
+                self._engines[url] = Engine(url, timeout=self.manager.timeout)
+            return self._engines[url]
+
+    def node_problem(self, settings: InstanceSettings) -> str:
+        """Why the instance's node cannot run it now ('' when it can): down, drained, gone."""
+        if not settings.node:
+            return ""
+        try:
+            node = self.nodes(fresh=True).get(settings.node)
+        except EnvctlError as exc:
+            return str(exc).splitlines()[0]
+        if node is None:
+            return f"node {settings.node[:12]} left the swarm"
+        if node.state != "ready":
+            return f"node {node.hostname} is {node.state}"
+        if node.availability == "drain":
+            return f"node {node.hostname} is drained"
+        return ""
+
+    # -- services and tasks -------------------------------------------------------------------------
+    def _services(self, **labels: str) -> list[dict[str, Any]]:
+        filters = [a for k, v in labels.items() for a in ("--filter", f"label=envctl.{k}={v}")] or \
+            ["--filter", "label=envctl.instance"]
+        ids = self.manager.run_cli(["service", "ls", "-q", *filters], what="service ls").split()
+        return self.manager.json_cli(["service", "inspect", *ids], what="service inspect") if ids else []
+
+    def _tasks(self, services: list[str]) -> dict[str, Task]:
+        """The latest task of each service (by id), read in two calls whatever their number."""
+        if not services:
+            return {}
+        out = self.manager.run_cli(["service", "ps", "-q", "--no-trunc", *services], what="service ps").split()
+        raw = self.manager.json_cli(["inspect", *sorted(set(out))], what="inspect tasks") if out else []
+        latest: dict[str, dict[str, Any]] = {}
+        for t in raw:
+            sid = t.get("ServiceID", "")
+            if sid not in latest or (t.get("Version") or {}).get("Index", 0) > (latest[sid].get("Version") or {}).get("Index", 0):
+                latest[sid] = t
+        tasks = {}
+        for sid, t in latest.items():
+            st = t.get("Status") or {}
+            cs = st.get("ContainerStatus") or {}
+            addrs = {str(((a.get("Network") or {}).get("Spec") or {}).get("Name", "")):
+                     str((a.get("Addresses") or [""])[0]).split("/")[0] for a in t.get("NetworksAttachments") or []}
+            tasks[sid] = Task(sid, t.get("ID", ""), t.get("NodeID", ""), st.get("State", ""), t.get("DesiredState", ""),
+                              cs.get("ContainerID", ""), st.get("Err", ""), addrs, int(cs.get("ExitCode") or 0))
+        return tasks
+
+    def _member(self, svc: dict[str, Any], task: Task | None) -> Member:
+        spec = svc.get("Spec") or {}
+        labels = dict(spec.get("Labels") or {})
+        status = ""
+        if task is not None:
+            node_ok = self.nodes().get(task.node)
+            if task.state == RUNNING and node_ok is not None and node_ok.state == "ready":
+                status = "running"
+            elif task.state in ENDED or (node_ok is not None and node_ok.state != "ready"):
+                status = "exited"
+            else:
+                status = "created"
+        image = str(((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Image", "")).split("@")[0]
+        net = network_name(labels.get("envctl.instance", ""))
+        return Member(labels.get("envctl.service", ""), spec.get("Name", ""), task.container if task else "", labels,
+                      status, image, task.node if task else "", (task.addresses.get(net, "") if task else ""),
+                      task.exit_code if task else 0, "OOM" in (task.error if task else ""))
+
+    def _await_task(self, name: str, timeout: float, cancel: threading.Event | None = None) -> Task:
+        """The running task of service ``name``, waited for; one line naming why it cannot run."""
+        task: Task | None = None
+        for _ in attempts(timeout, cancel=cancel, cap=1.0):
+            tasks = self._tasks([name])
+            task = next(iter(tasks.values()), None)
+            if task is not None and task.state == RUNNING and task.container:
+                return task
+            if task is not None and task.state in ("rejected", "failed") and "No such image" not in task.error:
+                raise DockerError(f"swarm service {name} could not start: {task.error or task.state}",
+                                  "see 'docker service ps --no-trunc " + name + "' on the manager")
+        why = task.error if task is not None else "no task"
+        if "insufficient resources" in why:
+            raise NotReady(f"no swarm node has the memory {name} reserves ({why})",
+                           "add a node, free memory on the instance's node, or serve fewer spares (--spares 0)")
+        raise NotReady(f"swarm service {name} is not running after {timeout:.0f}s ({why or (task.state if task else '')})",
+                       "see 'docker service ps --no-trunc " + name + "' on the manager")
+
+    # -- instances --------------------------------------------------------------------------------
+    def instance_labels(self, instance: str) -> dict[str, str] | None:
+        svc = self.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
+        if svc:
+            return dict((svc[0].get("Spec") or {}).get("Labels") or {})
+        net = self.manager.json_cli(["network", "inspect", network_name(instance)], what="network inspect")
+        return dict(net[0].get("Labels") or {}) if net and (net[0].get("Labels") or {}).get("envctl.instance") else None
+
+    def proxies(self) -> list[tuple[dict[str, str], str]]:
+        svcs = self._services(role="proxy")
+        tasks = self._tasks([s["ID"] for s in svcs])
+        out = []
+        for s in svcs:
+            m = self._member(s, tasks.get(s["ID"]))
+            out.append((m.labels, m.status or "created"))
+        return out
+
+    def prepare(self, settings: InstanceSettings) -> tuple[InstanceSettings, bool]:
+        net = network_name(settings.name)
+        if not settings.node:
+            node = self.place(settings)
+            settings = dataclasses.replace(settings, node=node.id, public_host=settings.public_host or node.addr)
+        elif not settings.public_host:
+            settings = dataclasses.replace(settings, public_host=self.node(settings.node).addr)
+        existed = bool(self.manager.json_cli(["network", "inspect", net], what="network inspect"))
+        if not existed:
+            args = ["network", "create", "--driver", "overlay", "--attachable"]
+            for k, v in settings.labels().items():
+                args += ["--label", f"{k}={v}"]
+            self.manager.run_cli([*args, net], what=f"network create {net}")
+        return settings, existed
+
+    def place(self, settings: InstanceSettings) -> Node:
+        """The node a new instance runs on: usable, matching ENVCTL_SWARM_CONSTRAINT, the fewest envctl instances,
+        then the most memory not reserved by envctl's services."""
+        nodes = [n for n in self.nodes(fresh=True).values() if n.usable]
+        want = os.environ.get("ENVCTL_SWARM_CONSTRAINT", "").strip()
+        if want:
+            nodes = [n for n in nodes if all(_constraint_matches(c, n) for c in want.split(",") if c.strip())]
+        if not nodes:
+            raise UsageError("no swarm node can take a new instance" + (f" (none is ready, active and matches {want!r})"
+                                                                         if want else " (none is ready and active)"),
+                             "check 'docker node ls' on the manager; fix or unset ENVCTL_SWARM_CONSTRAINT; "
+                             "activate a node ('docker node update --availability active NODE')")
+        load: dict[str, int] = {}
+        reserved: dict[str, int] = {}
+        for s in self._services():
+            spec = s.get("Spec") or {}
+            node = (spec.get("Labels") or {}).get("envctl.node", "")
+            if (spec.get("Labels") or {}).get("envctl.role") == "proxy":
+                load[node] = load.get(node, 0) + 1
+            res = ((spec.get("TaskTemplate") or {}).get("Resources") or {}).get("Reservations") or {}
+            reserved[node] = reserved.get(node, 0) + int(res.get("MemoryBytes") or 0)
+        return min(nodes, key=lambda n: (load.get(n.id, 0), -(n.memory - reserved.get(n.id, 0)), n.hostname))
+
+    def remove_network(self, instance: str) -> bool:
+        net = network_name(instance)
+        if not self.manager.json_cli(["network", "inspect", net], what="network inspect"):
+            return True
+        for _ in range(20):  # tasks just removed release their endpoints a moment later
+            try:
+                self.manager.run_cli(["network", "rm", net], what=f"network rm {net}")
+                return True
+            except DockerError as exc:
+                if "active endpoints" not in str(exc):
+                    raise
+                time.sleep(0.5)
+        return False
+
+    def where(self, settings: InstanceSettings) -> str:
+        if not settings.node:
+            return ""
+        try:
+            node = self.node(settings.node)
+        except EnvctlError:
+            return f"node {settings.node[:12]} (gone)"
+        return f"node {node.hostname} ({node.addr})" + ("" if node.usable else f", {node.state}/{node.availability}")
+
+    def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
+        if settings is None or not settings.node:
+            return None
+        try:
+            return self.node(settings.node).memory or None
+        except EnvctlError:
+            return None
+
+    # -- copies -----------------------------------------------------------------------------------
+    def _service_args(self, svc: ServiceSpec, spec: CopySpec, settings: InstanceSettings,
+                      hosts: dict[str, str]) -> list[str]:
+        args = ["service", "create", "--detach", "--quiet", "--name", svc.name, "--endpoint-mode", "dnsrr",
+                "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
+                "--restart-condition", RESTART.get(svc.restart, "none")]
+        for k, v in {**svc.labels, "envctl.node": settings.node}.items():
+            args += ["--label", f"{k}={v}", "--container-label", f"{k}={v}"]
+        for k, v in svc.env.items():
+            args += ["--env", f"{k}={v}"]
+        for source, target, mode in svc.volumes:
+            ro = ",readonly" if mode == "ro" else ""
+            if source.startswith("/"):
+                args += ["--mount", f"type=bind,source={source},target={target}{ro}"]
+            else:
+                vl = "".join(f",volume-label={k}={v}" for k, v in spec.volume_labels.items())
+                args += ["--mount", f"type=volume,source={source},target={target}{ro}{vl}"]
+        for t in svc.tmpfs:
+            path, _, opts = t.partition(":")
+            size = re.search(r"size=([0-9]+[kmg]?)", opts)
+            raw = size.group(1) if size else ""
+            args += ["--mount", f"type=tmpfs,target={path}" + (f",tmpfs-size={_bytes(raw) or raw}" if raw else "")]
+        for alias, ip in hosts.items():
+            args += ["--host", f"{alias}:{ip}"]
+        if svc.memory:
+            args += ["--limit-memory", svc.memory.upper(), "--reserve-memory", svc.memory.upper()]
+        if svc.user:
+            args += ["--user", svc.user]
+        if svc.stop_timeout:
+            args += ["--stop-grace-period", f"{svc.stop_timeout}s"]
+        return [*args, self.ref(svc.image), *(svc.command or [])]
+
+    def _bind_sources(self, spec: CopySpec, node: str) -> None:
+        """Make the bind-mounted directories on the node (Swarm refuses a task whose source is missing)."""
+        paths = sorted({s for svc in spec.services for s, _, _ in svc.volumes if s.startswith("/")})
+        if not paths:
+            return
+        eng = self.engine(node)
+        argv = eng.argv("run", "--rm", "--network", "none", "-v", "/:/host", HELPER, "mkdir", "-p",
+                        *[f"/host{p}" for p in paths])
+        import subprocess
+
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=eng.timeout)
+        if proc.returncode != 0:
+            raise DockerError(f"could not make {', '.join(paths)} on the node: {proc.stderr.strip()[-200:]}")
+
+    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
+             cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
+        copy = Copy(spec.site, spec.slot)
+        timings = timings if timings is not None else {}
+        t0 = time.monotonic()
+        made: list[str] = []
+        try:
+            self._helper_image(settings.node)
+            self._bind_sources(spec, settings.node)
+            for svc in spec.services:
+                hosts = {alias: copy.members[dep].address for alias, dep_name in svc.links.items()
+                         for dep, m in copy.members.items() if m.name == dep_name}
+                progress(spec.site, "create", f"{svc.service}: docker service create {svc.image}")
+                self.manager.run_cli(self._service_args(svc, spec, settings, hosts), what=f"service create {svc.name}")
+                made.append(svc.name)
+                task = self._await_task(svc.name, spec.timeout, cancel)
+                copy.members[svc.service] = Member(svc.service, svc.name, task.container, {**svc.labels,
+                                                   "envctl.node": settings.node}, "running", svc.image, task.node,
+                                                   task.addresses.get(network_name(spec.instance), ""))
+            timings["create"] = time.monotonic() - t0
+            t1 = time.monotonic()
+            for svc in spec.services:
+                if svc.ready:
+                    progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
+                    self._wait_accepting(spec, copy, svc.service, list(svc.ready), cancel)
+            timings["boot"] = time.monotonic() - t1
+            return copy
+        except BaseException:
+            self.remove(made)
+            raise
+
+    def _wait_accepting(self, spec: CopySpec, copy: Copy, service: str, ready: list[str],
+                        cancel: threading.Event | None) -> None:
+        member = copy.members[service]
+        ok, out = False, ""
+        for _ in attempts(spec.timeout, cancel=cancel):
+            rc, out = self.exec(member, ready)
+            ok = rc == 0
+            if ok:
+                break
+        if not ok:
+            raise NotReady(f"{spec.site}: {service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
+                           f"see 'envctl logs {spec.site}'")
+
+    def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
+        svcs = [s for s in self._services(instance=instance, **({"site": site} if site else {}))
+                if ((s.get("Spec") or {}).get("Labels") or {}).get("envctl.role") != "proxy"]
+        tasks = self._tasks([s["ID"] for s in svcs])
+        found: dict[tuple[str, str], Copy] = {}
+        for s in svcs:
+            m = self._member(s, tasks.get(s["ID"]))
+            key = (m.label("site"), m.label("slot"))
+            found.setdefault(key, Copy(*key)).members[m.service] = m
+        return found
+
+    def member(self, name: str) -> Member | None:
+        svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
+        if not svc:
+            return None
+        return self._member(svc[0], self._tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
+
+    def remove(self, names: list[str]) -> None:
+        existing = [n for n in names if n]
+        if not existing:
+            return
+        listed = set(self.manager.run_cli(["service", "ls", "--format", "{{.Name}}"], what="service ls").split())
+        gone = [n for n in existing if n in listed]
+        if gone:
+            self.manager.run_cli(["service", "rm", *gone], what="service rm")
+
+    def _live(self, member: Member) -> tuple[Engine, str]:
+        """The engine of the node ``member`` runs on now, and its container (looked up again when stale)."""
+        if not member.id or not member.node:
+            live = self.member(member.name)
+            if live is None or not live.id:
+                raise DockerError(f"swarm service {member.name} has no running task", "see 'envctl status'")
+            member = live
+        return self.engine(member.node), member.id
+
+    def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
+        eng, cid = self._live(member)
+        try:
+            return eng.exec(cid, argv)
+        except DockerError:  # its task was replaced since the listing: the current one
+            live = self.member(member.name)
+            if live is None or not live.id or live.id == cid:
+                raise
+            return self.engine(live.node).exec(live.id, argv)
+
+    def logs(self, member: Member, tail: int = 30) -> str:
+        try:
+            eng, cid = self._live(member)
+            return eng.logs(cid, tail)
+        except EnvctlError:
+            return ""
+
+    def follow(self, member: Member) -> Iterator[str]:
+        eng, cid = self._live(member)
+        return eng.stream_logs(cid)
+
+    def stop(self, member: Member, timeout: int | None = None) -> None:
+        eng, cid = self._live(member)
+        eng.stop(cid, timeout=timeout)
+
+    def start(self, copy: Copy, images: dict[str, str] | None = None) -> Copy:
+        """Start a stopped copy again: each service's task is replaced (Swarm cannot start a finished task's container
+        again), from ``images`` (what a clean-stop commit just made: the same state) when given."""
+        out = Copy(copy.site, copy.slot)
+        for svc, m in copy.members.items():
+            args = ["service", "update", "--detach", "--quiet", "--force"]
+            if images and svc in images:
+                args += ["--image", self.ref(images[svc])]
+            self.manager.run_cli([*args, m.name], what=f"service update {m.name}")
+            task = self._await_task(m.name, 300)
+            out.members[svc] = dataclasses.replace(m, id=task.container, node=task.node, status="running",
+                                                   address=task.addresses.get(network_name(m.label("instance")), ""))
+        return out
+
+    def freeze(self, members: list[Member]) -> None:
+        for m in members:
+            eng, cid = self._live(m)
+            eng.pause([cid])
+
+    def thaw(self, members: list[Member]) -> None:
+        for m in members:
+            eng, cid = self._live(m)
+            eng.unpause([cid])
+
+    def commit(self, member: Member, tag: str, labels: dict[str, str], workdir: Path | None = None) -> object:
+        eng, cid = self._live(member)
+        if workdir is None:
+            eng.commit(cid, tag, labels)
+            self._push_from(eng, tag)
+            return tag
+        return (eng, eng.capture(cid, tag, labels, workdir))
+
+    def finish_commit(self, capture: object) -> str:
+        eng: Engine = capture[0]  # type: ignore[index]
+        cap: Capture = capture[1]  # type: ignore[index]
+        image_id = eng.finish_capture(cap)
+        self._push_from(eng, cap.tag)
+        return str(image_id)
+
+    def _push_from(self, eng: Engine, tag: str) -> None:
+        """Push ``tag`` (made on the engine ``eng``) to the registry, so that every node can boot it."""
+        eng.tag_image(tag, self.ref(tag))
+        eng.push(self.ref(tag))
+
+    # -- images -----------------------------------------------------------------------------------
+    def image_exists(self, ref: str) -> bool:
+        return self.registry.manifest(self.ref(ref)[len(self.registry_address) + 1:]) is not None
+
+    def _stored(self, ref: str) -> Any:
+        found = self.registry.stored(self.ref(ref)[len(self.registry_address) + 1:])
+        if found is None:
+            raise DockerError(f"the swarm's registry has no image {ref}", "see 'envctl snapshot list'")
+        return found
+
+    def image_id(self, ref: str) -> str:
+        return str(self._stored(ref).image_id)
+
+    def image_labels(self, ref: str) -> dict[str, str]:
+        return dict(self._stored(ref).labels)
+
+    def images_labelled(self, label_key: str) -> list[tuple[str, list[str], dict[str, str], int]]:
+        """The goldens and snapshots in the registry carrying ``label_key``."""
+        out = []
+        for repo in self.registry.repositories():
+            if not repo.startswith(("envctl-golden/", "envctl-snap/")):
+                continue
+            for tag in self.registry.tags(repo):
+                found = self.registry.stored(f"{repo}:{tag}")
+                if found is not None and label_key in found.labels:
+                    out.append((found.image_id, [f"{repo}:{tag}"], found.labels, found.size))
+        return out
+
+    def remove_image(self, ref: str) -> None:
+        self.registry.delete(self.ref(ref)[len(self.registry_address) + 1:])
+
+    def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
+        """Push to the registry every image of ``refs`` it lacks (and the helper image the nodes use), from the
+        manager's engine (where 'images build' and 'images get' put them when DOCKER_HOST names the manager)."""
+        for ref in [*refs, HELPER]:
+            if self.image_exists(ref):
+                continue
+            if not self.manager.image_exists(ref):
+                continue  # neither here nor there: 'up' names it as missing
+            progress("*", "images", f"pushing {ref} to the swarm's registry {self.registry_address}")
+            self._push_from(self.manager, ref)
+
+    def _helper_image(self, node: str) -> None:
+        """The helper image (debian:bookworm-slim) on the node: pulled from the registry, tagged as itself."""
+        eng = self.engine(node)
+        if eng.image_exists(HELPER):
+            return
+        for _ in eng.pull_lines(self.ref(HELPER)):
+            pass
+        eng.tag_image(self.ref(HELPER), HELPER)
+
+    # -- the front proxy ----------------------------------------------------------------------------
+    def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
+        name = proxy_name(spec.instance)
+        self.remove([name])
+        args = ["service", "create", "--detach", "--quiet", "--name", name, "--endpoint-mode", "dnsrr",
+                "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
+                "--restart-condition", "any", "--limit-memory", spec.memory.upper(),
+                "--mount", f"type=volume,source={name}-state,target=/etc/envctl,volume-label=envctl.instance={spec.instance}"]
+        for k, v in spec.labels.items():
+            args += ["--label", f"{k}={v}", "--container-label", f"{k}={v}"]
+        for k, v in spec.env.items():
+            args += ["--env", f"{k}={v}"]
+        for p in sorted(spec.ports):
+            args += ["--publish", f"mode=host,target={p},published={p}"]
+        self.manager.run_cli([*args, self.ref(spec.image)], what=f"service create {name}")
+        self._await_task(name, 120)
+        info = self.proxy(spec.instance)
+        if info is None:
+            raise DockerError(f"the front proxy service {name} did not start", f"see 'docker service ps {name}'")
+        return info
+
+    def proxy(self, instance: str) -> ProxyInfo | None:
+        svc = self.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
+        if not svc:
+            return None
+        m = self._member(svc[0], self._tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
+        node = self.nodes().get(m.node or m.labels.get("envctl.node", ""))
+        return ProxyInfo(m.name, m.labels, m.status == "running", node.addr if node else m.labels.get("envctl.public_host", ""))
+
+    def remove_proxy(self, instance: str) -> None:
+        name = proxy_name(instance)
+        svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
+        node = ((svc[0].get("Spec") or {}).get("Labels") or {}).get("envctl.node", "") if svc else ""
+        self.remove([name])
+        if node:
+            try:
+                eng = self.engine(node)
+                for _ in attempts(20, cap=0.5):  # the task's container goes a moment after the service
+                    if not eng.remove_volumes([f"{name}-state"]):
+                        break
+            except EnvctlError:
+                pass  # the node is gone: so is the volume
+
+    def address(self, instance: str, name: str) -> str | None:
+        m = self.member(name)
+        return (m.address or None) if m is not None and m.status == "running" else None
+
+    # -- ports, volumes, memory -------------------------------------------------------------------------
+    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
+        if port in owned or not settings.node:
+            return ""
+        for s in self._services(node=settings.node):
+            for p in ((s.get("Endpoint") or {}).get("Ports") or []):
+                if int(p.get("PublishedPort") or 0) == port:
+                    return f"swarm service {(s.get('Spec') or {}).get('Name', '')} on the same node"
+        node = self.node(settings.node)
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex((node.addr, port)) == 0:
+                return f"a process on node {node.hostname} ({node.addr})"
+        return ""
+
+    def volumes(self, instance: str, site: str | None = None) -> list[str]:
+        out: list[str] = []
+        for node in self.nodes().values():
+            if node.state != "ready":
+                continue
+            try:
+                out += self.engine(node.id).volumes(instance=instance, **({"site": site} if site else {}))
+            except EnvctlError:
+                continue
+        return sorted(set(out))
+
+    def remove_volumes(self, names: list[str]) -> dict[str, str]:
+        refused: dict[str, str] = {}
+        for node in self.nodes().values():
+            if node.state == "ready":
+                try:
+                    eng = self.engine(node.id)
+                    here = set(eng.volumes()) & set(names)
+                    refused.update(eng.remove_volumes(sorted(here)))
+                except EnvctlError:
+                    continue
+        return refused
+
+    def memory(self) -> tuple[list[MemberMemory], int, str]:
+        held: list[MemberMemory] = []
+        used = 0
+        for node in self.nodes().values():
+            if node.state != "ready":
+                continue
+            try:
+                eng = self.engine(node.id)
+                every = [c for c in eng.container_memory() if c.labels.get("envctl.instance")]
+                use, _ = eng.memory_use([c.id for c in every if c.running])
+            except EnvctlError:
+                continue
+            held += [MemberMemory(c.labels, c.limit, use.get(c.id), c.running) for c in every]
+            used += sum(use.values())
+        return held, used, "stats"
+
+
+__all__ = ["SwarmBackend", "Node", "Task"]
