@@ -33,7 +33,7 @@ from envctl.healthchecks.probes import ProbeResult, run_probe
 from envctl.healthchecks.wait import attempts
 from envctl.locks import locked
 from envctl.paths import data_dir
-from envctl.plan import EngineMemory, Held
+from envctl.plan import EngineMemory, Held, copy_memory
 from envctl.routing import proxy
 from envctl.routing.table import GOLDEN, Ready, Route, RoutingTable
 from envctl.secrets import mask_text
@@ -87,11 +87,13 @@ class Instance:
         return inst
 
     @classmethod
-    def create(cls, catalog: Catalog, settings: InstanceSettings, *, cancel: threading.Event | None = None) -> tuple["Instance", bool]:
-        """An instance about to be brought up: its network made (and, on a swarm, its node chosen); (it,
-        whether the network existed before)."""
+    def create(cls, catalog: Catalog, settings: InstanceSettings, *, cancel: threading.Event | None = None,
+               sites: list[str] | None = None) -> tuple["Instance", bool]:
+        """An instance about to be brought up: its network made (and, on a swarm, its node chosen, with the memory
+        ``sites``' copies reserve); (it, whether the network existed before)."""
         backend = get_backend(settings.backend)
-        placed, existed = backend.prepare(settings)
+        need = sum(copy_memory(catalog, s, settings.flavor) for s in sites or [])
+        placed, existed = backend.prepare(settings, need)
         return cls(catalog, placed, cancel=cancel, backend=backend), existed
 
     @staticmethod
@@ -129,6 +131,27 @@ class Instance:
 
     def where(self) -> str:
         return self.backend.where(self.settings)
+
+    def node_name(self) -> str:
+        return self.backend.node_name(self.settings)
+
+    def problem(self) -> str:
+        """Why the instance cannot serve now ('' when it can): its node down or drained (a swarm), or a routed site
+        whose copy is gone (removed by hand; a copy that stopped is the heal's to replace)."""
+        why = self.backend.problem(self.settings)
+        if why:
+            return why
+        table = self._read()
+        if table is None:
+            return "front proxy gone"
+        copies = self.copies()
+        gone = [s for s, slot in table.routes.active.items() if (s, slot) not in copies]  # a stopped one is healed
+        return f"copies removed: {', '.join(sorted(gone))}" if gone else ""
+
+    @staticmethod
+    def node_states() -> dict[str, str]:
+        """The backend's nodes and their states ({} on one machine)."""
+        return get_backend().node_states()
 
     # -- the front proxy's control service ----------------------------------------------------------------
     def control(self) -> proxy.Control | None:

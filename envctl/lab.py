@@ -285,7 +285,7 @@ class Lab:
             # where copies boot on other machines (a swarm), the images go where those reach them first
             where.distribute(sorted({img for n in names for img in where.images(n).values()}), progress)
             self._check_images(names, where)
-            inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel)
+            inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel, sites=names)
             try:
                 ports = self._check_ports(names, inst)
             except BaseException:
@@ -696,14 +696,28 @@ class Lab:
         settings = InstanceSettings(self.instance, bind=bind, backend=Instance.backend_kind())
         return not Instance(self.catalog, settings).port_problems(ports)
 
+    def lost(self) -> str:
+        """Why the instance cannot serve a holder any more ('' when it can): removed, its node down or drained, a
+        routed site's copy gone. What a lease pool asks when a member's probes fail."""
+        inst = self.find()
+        if inst is None:
+            return "instance removed"
+        return inst.problem()
+
+    @staticmethod
+    def nodes() -> dict[str, str]:
+        """The nodes instances run on and their states (ready, down, drain); {} on one machine."""
+        return Instance.node_states()
+
     def present(self) -> bool:
         """Whether the instance exists and its routing table can be read."""
         inst = self.find()
         return inst is not None and inst.has_table()
 
-    def where(self) -> str:
+    def node(self) -> str:
+        """The node the instance runs on ('' on one machine)."""
         inst = self.find()
-        return inst.where() if inst is not None else ""
+        return inst.node_name() if inst is not None else ""
 
     def harness(self, sites: list[str] | None = None, full_reset: str | None = None) -> dict[str, str]:
         """The environment a harness reads: WebArena's and VisualWebArena's names (WebArena's WIKIPEDIA, the landing

@@ -216,9 +216,9 @@ class Backend(ABC):
         """(labels, state) of every instance's front proxy on this backend."""
 
     @abstractmethod
-    def prepare(self, settings: InstanceSettings) -> tuple[InstanceSettings, bool]:
-        """Make the instance's network (and, on a swarm, choose its node); (settings as placed, whether the
-        network existed before)."""
+    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
+        """Make the instance's network (and, on a swarm, choose its node: one with ``need`` bytes of memory free);
+        (settings as placed, whether the network existed before)."""
 
     @abstractmethod
     def remove_network(self, instance: str) -> bool:
@@ -331,6 +331,18 @@ class Backend(ABC):
     def where(self, settings: InstanceSettings) -> str:
         """Where the instance runs, for humans ('' on this machine)."""
         return ""
+
+    def node_name(self, settings: InstanceSettings) -> str:
+        """The name of the node the instance runs on ('' on one machine)."""
+        return ""
+
+    def problem(self, settings: InstanceSettings) -> str:
+        """Why the place the instance runs cannot run it now ('' when it can): a node down, drained, gone."""
+        return ""
+
+    def node_states(self) -> dict[str, str]:
+        """Node -> its state (ready, down, drain) for a backend of many machines; {} for one."""
+        return {}
 
     @abstractmethod
     def info(self) -> dict[str, object]:

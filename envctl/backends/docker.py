@@ -182,7 +182,8 @@ class Engine:
 
     @property
     def where(self) -> str:
-        return f"the Docker engine at {self.host}" if self.host else "the Docker engine"
+        host = self.host or os.environ.get("DOCKER_HOST", "")
+        return f"the Docker engine at {host}" if host else "the Docker engine"
 
     def argv(self, *args: str) -> list[str]:
         """A docker CLI command line for this engine (streams python-on-whales cannot do)."""

@@ -54,7 +54,7 @@ class LocalBackend(Backend):
     def proxies(self) -> list[tuple[dict[str, str], str]]:
         return [(c.labels, c.status) for c in self.engine.containers(role="proxy")]
 
-    def prepare(self, settings: InstanceSettings) -> tuple[InstanceSettings, bool]:
+    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
         if not settings.public_host:
             settings = dataclasses.replace(settings, public_host="127.0.0.1")
         existed = self.engine.ensure_network(network_name(settings.name), settings.labels())

@@ -92,8 +92,17 @@ class Registry:
         return Stored(ref, digest, image_id, labels, size)
 
     def repositories(self) -> list[str]:
-        r = self._get("_catalog?n=10000")
-        return list(r.json().get("repositories") or []) if r.status_code == 200 else []
+        """Every repository, page by page (the registry caps a page at 1000 and links the next one)."""
+        out: list[str] = []
+        path = "_catalog?n=1000"
+        while path:
+            r = self._get(path)
+            if r.status_code != 200:
+                break
+            out += list(r.json().get("repositories") or [])
+            nxt = r.links.get("next", {}).get("url", "")
+            path = nxt.split("/v2/", 1)[1] if "/v2/" in nxt else ""
+        return out
 
     def tags(self, repo: str) -> list[str]:
         r = self._get(f"{repo}/tags/list")

@@ -40,6 +40,7 @@ from envctl.backends.docker import ENGINE, Capture, Engine
 from envctl.backends.registry import Registry
 from envctl.errors import DockerError, EngineUnavailable, EnvctlError, NotReady, UsageError
 from envctl.healthchecks.wait import attempts
+from envctl.locks import locked
 
 HELPER = "debian:bookworm-slim"  # for work on a node's filesystem (bind-mount sources)
 RESTART = {"no": "none", "always": "any", "unless-stopped": "any", "on-failure": "on-failure"}
@@ -175,7 +176,11 @@ class SwarmBackend(Backend):
                 self._engines[url] = Engine(url, timeout=self.manager.timeout)
             return self._engines[url]
 
-    def node_problem(self, settings: InstanceSettings) -> str:
+    def node_states(self) -> dict[str, str]:
+        return {n.hostname: (n.state if n.state != "ready" else "drain" if n.availability == "drain" else "ready")
+                for n in self.nodes().values()}
+
+    def problem(self, settings: InstanceSettings) -> str:
         """Why the instance's node cannot run it now ('' when it can): down, drained, gone."""
         if not settings.node:
             return ""
@@ -184,11 +189,13 @@ class SwarmBackend(Backend):
         except EnvctlError as exc:
             return str(exc).splitlines()[0]
         if node is None:
-            return f"node {settings.node[:12]} left the swarm"
+            return f"node down ({settings.node[:12]} left the swarm)"
         if node.state != "ready":
-            return f"node {node.hostname} is {node.state}"
+            return f"node down ({node.hostname} is {node.state})"
         if node.availability == "drain":
-            return f"node {node.hostname} is drained"
+            return f"node drained ({node.hostname})"
+        if not self.engine(node.id).ping(timeout=3):  # the manager notices a lost node only after its heartbeat
+            return f"node down ({node.hostname} does not answer)"
         return ""
 
     # -- services and tasks -------------------------------------------------------------------------
@@ -272,24 +279,28 @@ class SwarmBackend(Backend):
             out.append((m.labels, m.status or "created"))
         return out
 
-    def prepare(self, settings: InstanceSettings) -> tuple[InstanceSettings, bool]:
+    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
         net = network_name(settings.name)
-        if not settings.node:
-            node = self.place(settings)
-            settings = dataclasses.replace(settings, node=node.id, public_host=settings.public_host or node.addr)
-        elif not settings.public_host:
-            settings = dataclasses.replace(settings, public_host=self.node(settings.node).addr)
-        existed = bool(self.manager.json_cli(["network", "inspect", net], what="network inspect"))
-        if not existed:
-            args = ["network", "create", "--driver", "overlay", "--attachable"]
-            for k, v in settings.labels().items():
-                args += ["--label", f"{k}={v}"]
-            self.manager.run_cli([*args, net], what=f"network create {net}")
+        # A host-mode port of a swarm service listens on every address of its node (Swarm has no bind address):
+        # the lab's network rules (the security group 'envctl cloud up' makes) say who reaches it.
+        settings = dataclasses.replace(settings, bind="0.0.0.0")
+        with locked("swarm-place", timeout=120):  # instances placed side by side (a pool) each see the others
+            if not settings.node:
+                node = self.place(settings, need)
+                settings = dataclasses.replace(settings, node=node.id, public_host=settings.public_host or node.addr)
+            elif not settings.public_host:
+                settings = dataclasses.replace(settings, public_host=self.node(settings.node).addr)
+            existed = bool(self.manager.json_cli(["network", "inspect", net], what="network inspect"))
+            if not existed:  # its labels say where the instance runs: the next placement counts it
+                args = ["network", "create", "--driver", "overlay", "--attachable"]
+                for k, v in settings.labels().items():
+                    args += ["--label", f"{k}={v}"]
+                self.manager.run_cli([*args, net], what=f"network create {net}")
         return settings, existed
 
-    def place(self, settings: InstanceSettings) -> Node:
-        """The node a new instance runs on: usable, matching ENVCTL_SWARM_CONSTRAINT, the fewest envctl instances,
-        then the most memory not reserved by envctl's services."""
+    def place(self, settings: InstanceSettings, need: int = 0) -> Node:
+        """The node a new instance runs on: usable, matching ENVCTL_SWARM_CONSTRAINT, with ``need`` bytes not reserved
+        by envctl's services; of those the one with the fewest envctl instances, then the most memory free."""
         nodes = [n for n in self.nodes(fresh=True).values() if n.usable]
         want = os.environ.get("ENVCTL_SWARM_CONSTRAINT", "").strip()
         if want:
@@ -300,15 +311,23 @@ class SwarmBackend(Backend):
                              "check 'docker node ls' on the manager; fix or unset ENVCTL_SWARM_CONSTRAINT; "
                              "activate a node ('docker node update --availability active NODE')")
         load: dict[str, int] = {}
+        for labels in self.manager.networks(backend="swarm").values():
+            if labels.get("envctl.instance") != settings.name:
+                load[labels.get("envctl.node", "")] = load.get(labels.get("envctl.node", ""), 0) + 1
         reserved: dict[str, int] = {}
         for s in self._services():
             spec = s.get("Spec") or {}
             node = (spec.get("Labels") or {}).get("envctl.node", "")
-            if (spec.get("Labels") or {}).get("envctl.role") == "proxy":
-                load[node] = load.get(node, 0) + 1
             res = ((spec.get("TaskTemplate") or {}).get("Resources") or {}).get("Reservations") or {}
             reserved[node] = reserved.get(node, 0) + int(res.get("MemoryBytes") or 0)
-        return min(nodes, key=lambda n: (load.get(n.id, 0), -(n.memory - reserved.get(n.id, 0)), n.hostname))
+        free = {n.id: n.memory - reserved.get(n.id, 0) for n in nodes}
+        fits = [n for n in nodes if free[n.id] >= need]
+        if not fits:
+            best = max(nodes, key=lambda n: free[n.id])
+            raise UsageError(f"no swarm node has the {need / (1 << 30):.1f} GiB instance '{settings.name}' reserves (the "
+                             f"most free: {best.hostname}, {max(0, free[best.id]) / (1 << 30):.1f} GiB)",
+                             "add a node or memory, take instances down, or bring up fewer sites")
+        return min(fits, key=lambda n: (load.get(n.id, 0), -free[n.id], n.hostname))
 
     def remove_network(self, instance: str) -> bool:
         net = network_name(instance)
@@ -333,6 +352,14 @@ class SwarmBackend(Backend):
             return f"node {settings.node[:12]} (gone)"
         return f"node {node.hostname} ({node.addr})" + ("" if node.usable else f", {node.state}/{node.availability}")
 
+    def node_name(self, settings: InstanceSettings) -> str:
+        if not settings.node:
+            return ""
+        try:
+            return self.node(settings.node).hostname
+        except EnvctlError:
+            return settings.node[:12]
+
     def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
         if settings is None or not settings.node:
             return None
@@ -344,7 +371,9 @@ class SwarmBackend(Backend):
     # -- copies -----------------------------------------------------------------------------------
     def _service_args(self, svc: ServiceSpec, spec: CopySpec, settings: InstanceSettings,
                       hosts: dict[str, str]) -> list[str]:
-        args = ["service", "create", "--detach", "--quiet", "--name", svc.name, "--endpoint-mode", "dnsrr",
+        # --no-healthcheck: Swarm holds a task in 'starting' until an image's HEALTHCHECK passes (30 s for the mini
+        # images); envctl probes readiness itself, as it does on one engine.
+        args = ["service", "create", "--detach", "--quiet", "--no-healthcheck", "--name", svc.name, "--endpoint-mode", "dnsrr",
                 "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
                 "--restart-condition", RESTART.get(svc.restart, "none")]
         for k, v in {**svc.labels, "envctl.node": settings.node}.items():
@@ -590,7 +619,7 @@ class SwarmBackend(Backend):
     def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
         name = proxy_name(spec.instance)
         self.remove([name])
-        args = ["service", "create", "--detach", "--quiet", "--name", name, "--endpoint-mode", "dnsrr",
+        args = ["service", "create", "--detach", "--quiet", "--no-healthcheck", "--name", name, "--endpoint-mode", "dnsrr",
                 "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
                 "--restart-condition", "any", "--limit-memory", spec.memory.upper(),
                 "--mount", f"type=volume,source={name}-state,target=/etc/envctl,volume-label=envctl.instance={spec.instance}"]

@@ -81,7 +81,7 @@ def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, volumes: bool, as
     result = ctx.lab(instance).down(_sites(ctx, site_names), volumes=volumes)
     if as_json:
         return emit_json(result.to_dict())
-    click.echo(f"removed {len(result.removed)} containers of instance '{instance}'")
+    click.echo(f"removed {len(result.removed)} containers (services on a swarm) of instance '{instance}'")
 
 
 @cli.command()
@@ -111,7 +111,8 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
         rows.append([s.site, s.url, "[green]healthy[/]" if s.healthy else "[red]unhealthy[/]", probes,
                      active[0].image if active else "-", f"{active[0].uptime_s:.0f}s" if active else "-",
                      f"{s.spares_ready}/{s.spares_wanted}" if s.spares_wanted or s.spares_note else s.spares_ready])
-    table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind})",
+    table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind}"
+          + (f", {st.backend} {st.where}" if st.where else "") + ")",
           ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
     for s in st.sites:
         if s.spares_note:  # the capacity plan gave it fewer spares than the catalog wants

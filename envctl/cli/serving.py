@@ -147,8 +147,10 @@ def _pool_leases(instance: str) -> dict[str, Any] | None:
 def _show_pool(instance: str, data: dict[str, Any]) -> None:
     from envctl.render import table
 
-    table(f"pool {instance}", ["instance", "state", "lease", "holder", "sites", "expires in"],
-          [[r["instance"], r["state"] + (f" ({r['error'][:60]})" if r.get("error") else ""), r.get("id", ""),
+    nodes = any(r.get("node") for r in data["instances"])
+    table(f"pool {instance}", ["instance", *(["node"] if nodes else []), "state", "lease", "holder", "sites", "expires in"],
+          [[r["instance"], *([r.get("node", "")] if nodes else []),
+            r["state"] + (f" ({r['error'][:60]})" if r.get("error") else ""), r.get("id", ""),
             r.get("holder", ""), ",".join(r.get("lease_sites") or r.get("sites") or []),
             f"{r['seconds_left']:.0f}s" if r.get("seconds_left") is not None else ""] for r in data["instances"]])
     s = data["summary"]
@@ -161,6 +163,10 @@ def _show_pool(instance: str, data: dict[str, Any]) -> None:
     click.echo(f"resets: {resets or 'none'}; release to free: p50 {turn.get('p50_s')}s p95 {turn.get('p95_s')}s "
                f"({turn.get('count', 0)}); heals: {sum(s['heals'].values())} {s['heals'] or ''}; "
                f"spares ready: {s['spares_ready'] or 'none'}")
+    if s.get("nodes"):
+        n = s["nodes"]
+        click.echo(f"nodes: {n['states']}; instances per node: {n['instances']}; node losses: {n['losses']}; "
+                   f"leases lost: {s.get('lost', 0)}")
 
 
 @lease.command("acquire")

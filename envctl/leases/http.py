@@ -97,8 +97,9 @@ class LeaseRoutes:
             if route is None:
                 return Reply(404 if method == "GET" else 405, "not found")
             return route(parts, query, body, client)
-        except NoFreeInstance as exc:
-            return as_json(503, {"error": str(exc).splitlines()[0]}, {"Retry-After": str(exc.retry_after)})
+        except NoFreeInstance as exc:  # the message alone: the client adds its own hint
+            return as_json(503, {"error": exc.message.splitlines()[0], "retry_after": exc.retry_after},
+                           {"Retry-After": str(exc.retry_after)})
         except NoSuchLease as exc:
             return as_json(404, {"error": str(exc).splitlines()[0]})
         except LeaseLost as exc:

@@ -33,6 +33,8 @@ class Members:
         self.size, self.flavor, self.sites, self.want_spares = size, flavor, sites, spares
         self.base_offset, self.offset_step, self.bind = base_offset, offset_step, bind
         self.instances = instances  # -> InstanceInfo of every instance on the backend (Lab.instances)
+        self._claimed: dict[str, int] = {}  # member -> the port offset a bring-up in progress took for it
+        self._lock = threading.Lock()
 
     def names(self, pool: str) -> list[str]:
         if self.size:
@@ -75,7 +77,9 @@ class Members:
         catalog = members[0].lab.catalog
         sites = catalog.resolve(self.sites, all_sites=not self.sites)
         fresh = [m for m in members if m.lab.settings() is None]
-        offsets = dict(zip((m.name for m in fresh), self._free_offsets(fresh, sites, catalog)))
+        with self._lock:  # bring-ups side by side (two members lost at once) take different offsets
+            offsets = dict(zip((m.name for m in fresh), self._free_offsets(fresh, sites, catalog)))
+            self._claimed.update(offsets)
 
         def up(m: Member) -> None:
             t = time.monotonic()
@@ -93,6 +97,9 @@ class Members:
                 pool.log(f"pool {pool.name}: {m.name} ready in {time.monotonic() - t:.1f}s")
             except Exception as exc:  # noqa: BLE001 - reported through the pool's listing; retried
                 pool.came_up_failed(m, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            finally:
+                with self._lock:
+                    self._claimed.pop(m.name, None)  # its proxy (if it came up) now holds the ports
 
         workers = [threading.Thread(target=up, args=(m,), daemon=True) for m in members]
         for w in workers:
@@ -105,7 +112,7 @@ class Members:
         if not members:
             return []
         ports = sorted({p for s in sites for p in catalog.site(s).public_ports().values()})
-        taken: set[int] = set()
+        taken: set[int] = {p + off for off in self._claimed.values() for p in ports}
         for info in (self.instances() if self.instances else []):
             taken.update(info.ports)
         out: list[int] = []

@@ -33,6 +33,7 @@ class Stats:
     reset_seconds: dict[str, list[float]] = field(default_factory=dict)  # tier -> [bucket counts..., sum, count]
     turnaround: list[float] = field(default_factory=list)  # seconds from a release to the instance free again
     verifications: int = 0  # site verifications (fingerprint passes) the pool ran
+    node_losses: int = 0  # nodes seen going from ready to down (a pool on a swarm)
 
     def reset(self, tier: str, ok: bool, seconds: float) -> None:
         key = (tier, "true" if ok else "false")

@@ -77,7 +77,14 @@ class PoolLab(Protocol):
 
     def present(self) -> bool: ...
 
-    def where(self) -> str: ...
+    def node(self) -> str: ...
+
+    def lost(self) -> str: ...
+
+    def down(self) -> Any: ...
+
+    @staticmethod
+    def nodes() -> dict[str, str]: ...
 
 
 @dataclass
@@ -98,7 +105,7 @@ class Member:
     reset_done: threading.Event = field(default_factory=threading.Event)
     reset_error: str = ""
     released_at: float = 0.0  # monotonic: when its last release began (turnaround figures)
-    where: str = ""  # the node it runs on (a swarm), '' on this machine
+    node: str = ""  # the node it runs on (a swarm), '' on this machine
     failures: int = 0  # times in a row it failed to come up
 
     def record(self, pool: str) -> dict[str, Any]:
@@ -151,6 +158,7 @@ class Pool:
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
         self.starting = True  # until the first ensure() has finished
+        self.node_states: dict[str, str] = {}  # node -> state, as last seen (a pool on a swarm)
         self.starting_error = ""
 
     # -- membership ------------------------------------------------------------------------------
@@ -199,11 +207,11 @@ class Pool:
     def _adopt(self, m: Member, *, resume: bool = True) -> None:
         rec, sites = self.store.claim(m, self.name)
         try:
-            where = m.lab.where()
+            node = m.lab.node()
         except EnvctlError:
-            where = m.where
+            node = m.node
         with self.cond:
-            m.sites, m.where, m.failures = sites, where, 0
+            m.sites, m.node, m.failures = sites, node, 0
             m.state = rec.get("state", FREE)
             m.lease = {k: rec[k] for k in RECORD_KEYS if k in rec}
             if m.state == LEASED and not m.lease.get("id"):
@@ -309,6 +317,7 @@ class Pool:
                     self._retry(m)
             if time.monotonic() >= next_probe:
                 next_probe = time.monotonic() + self.probe_interval
+                self._watch_nodes(members)
                 for m in members:
                     if m.state in (LEASED, FREE):
                         try:
@@ -324,6 +333,20 @@ class Pool:
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
 
+    def _watch_nodes(self, members: list[Member]) -> None:
+        """Count nodes going down (a pool on a swarm): each ready -> down transition is a node loss."""
+        if not members or not any(m.node for m in members):
+            return
+        try:
+            states = members[0].lab.nodes()
+        except EnvctlError:
+            return
+        for node, state in states.items():
+            if state == "down" and self.node_states.get(node) == "ready":
+                self.stats.node_losses += 1
+                self.log(f"pool {self.name}: node {node} is down")
+        self.node_states = states
+
     def _probe(self, m: Member) -> None:
         for site in list(m.sites):
             if site in m.healing:
@@ -332,12 +355,37 @@ class Pool:
             if ok:
                 m.failing.pop(site, None)
                 continue
+            lost = m.lab.lost()
+            if lost:
+                self._lose(m, lost)
+                return
             since = m.failing.setdefault(site, time.monotonic())
             if time.monotonic() - since >= self.heal_after:
                 self.log(f"pool {self.name}: {m.name}/{site} failed its probes for {time.monotonic() - since:.0f}s "
                          f"({why}); healing it (recreate)")
                 m.healing.add(site)
                 self._spawn(self._heal, m, site)
+
+    def _lose(self, m: Member, why: str) -> None:
+        """The member can no longer serve (removed, its node down or drained): its lease ends at once with why (409
+        to its holder, ``LeaseLost``), and it is brought up again (on another node, on a swarm)."""
+        with self.cond:
+            if m.state not in (LEASED, FREE):
+                return
+            if m.state == LEASED:
+                self.stats.lost += 1
+                self._end(str(m.lease.get("id", "")), f"lost: {why}")
+            m.state, m.lease, m.error, m.failing = STARTING, {}, why, {}
+            self.cond.notify_all()
+        self.log(f"pool {self.name}: {m.name} lost ({why}); bringing it up again")
+        self._spawn(self._rebuild, m)
+
+    def _rebuild(self, m: Member) -> None:
+        try:
+            m.lab.down()  # what is left of it (services of a dead node, a proxy without copies)
+        except Exception as exc:  # noqa: BLE001 - brought up again all the same
+            self.log(f"pool {self.name}: removing what was left of {m.name} failed: {exc}")
+        self.store.bring_up(self, [m])
 
     def _heal(self, m: Member, site: str) -> None:
         try:
@@ -467,7 +515,7 @@ class Pool:
         env["ENVCTL_INSTANCE"] = m.name
         env["ENVCTL_LEASE"] = rec["id"]
         return Lease(rec["id"], m.name, sites, rec.get("holder", ""), rec["acquired"], rec["expires"], rec["ttl"],
-                     env, self._auth(m, sites), url, max_seconds=rec.get("max_seconds"), host=m.where or None)
+                     env, self._auth(m, sites), url, max_seconds=rec.get("max_seconds"), host=m.node or None)
 
     def _auth(self, m: Member, sites: list[str]) -> dict[str, Any]:
         """The login state (storage_state JSON) of every file touching the leased login sites."""
@@ -509,7 +557,17 @@ class Pool:
             if new_ttl is not None:
                 m.lease["ttl"] = new_ttl
             m.lease["expires"] = time.time() + float(m.lease["ttl"])
-        self._write(m, lambda rec: rec.get("id") == lease_id and rec.get("state") == LEASED)
+        try:
+            self._write(m, lambda rec: rec.get("id") == lease_id and rec.get("state") == LEASED)
+        except Conflict:
+            raise
+        except EnvctlError:
+            # the instance did not take the record: gone (its node down, removed) means the lease is lost, said now
+            why = m.lab.lost()
+            if why:
+                self._lose(m, why)
+                raise LeaseLost(lease_id, f"lost: {why}") from None
+            raise
         return self._row(m)
 
     def release(self, lease_id: str, *, background: bool = True) -> dict[str, Any]:
@@ -618,8 +676,8 @@ class Pool:
     def _row(self, m: Member) -> dict[str, Any]:
         row: dict[str, Any] = {"instance": m.name, "state": m.state, "sites": list(m.sites), "error": m.error,
                                "healing": sorted(m.healing)}
-        if m.where:
-            row["node"] = m.where
+        if m.node:
+            row["node"] = m.node
         if m.state in (LEASED, RELEASING) and m.lease.get("id"):
             row.update({"id": m.lease.get("id"), "holder": m.lease.get("holder", ""),
                         "lease_sites": m.lease.get("sites", []), "expires": m.lease.get("expires"),
@@ -660,13 +718,31 @@ class Pool:
                 "heal_failures": self.stats.heal_failures, "resets": resets,
                 "turnaround": {"count": len(turn), "p50_s": percentile(turn, 0.5), "p95_s": percentile(turn, 0.95)},
                 "verifications": self.stats.verifications,
+                "nodes": self._nodes_summary(),
                 "failing": {m.name: m.error for m in list(self.members.values()) if m.state == BROKEN and m.error},
                 "max_lease": self.max_lease,
                 "spares_ready": {f"{i}/{s}": n for (i, s), n in self.spares().items()}}
 
+    def _nodes_summary(self) -> dict[str, Any] | None:
+        """Nodes by state, the pool's instances per node and node losses; None on one machine."""
+        members = list(self.members.values())
+        if not any(m.node for m in members):
+            return None
+        if not self.node_states:  # asked before the worker's first look
+            self._watch_nodes(members)
+        per: dict[str, int] = {}
+        for m in members:
+            if m.node and m.state != STARTING:
+                per[m.node] = per.get(m.node, 0) + 1
+        states: dict[str, int] = {}
+        for st in self.node_states.values():
+            states[st] = states.get(st, 0) + 1
+        return {"states": states, "instances": per, "losses": self.stats.node_losses}
+
     def metrics_text(self) -> str:
         """Prometheus text exposition format (version 0.0.4)."""
-        return prometheus(self.summary(), self.stats)
+        s = self.summary()
+        return prometheus(s, self.stats, s.get("nodes"))
 
 
 __all__ = ["Pool", "MemberStore", "Member", "PoolLab", "Conflict", "FREE", "LEASED", "RELEASING", "BROKEN", "STARTING",

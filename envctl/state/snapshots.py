@@ -200,6 +200,8 @@ def list_snapshots(inst: Instance, site: str | None = None) -> list[SnapshotInfo
         for img_id, img_tags, lb, size in inst.images_labelled(f"envctl.{label}"):
             if kind == "snapshot" and lb.get("envctl.instance") != inst.name:
                 continue
+            if kind == "golden" and lb.get("envctl.snapshot"):
+                continue  # a snapshot of a copy booted from a golden keeps that copy's labels: it is no golden
             if site and lb.get("envctl.site") != site:
                 continue
             raw = lb.get("envctl.fingerprint")
