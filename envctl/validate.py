@@ -419,13 +419,18 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_ENGINE_TIMEOUT", "seconds a control call to a Docker engine may take before it is given up "
            "(default 120; image loads, pulls, builds and commits are not bounded by it)", _env_seconds),
     EnvVar("DOCKER_HOST", "the Docker engine (or swarm manager) envctl talks to, as the docker CLI reads it", _env_text),
+    EnvVar("ENVCTL_SWARM_REGISTRY", "swarm: the registry every node pulls from, host:port ('envctl cloud env' prints it)",
+           _env_registry),
+    EnvVar("ENVCTL_SWARM_CONSTRAINT", "swarm: only nodes matching this (node.labels.K==V, node.hostname==H, "
+           "node.role==worker; several joined by ',') take instances", _env_text),
+    EnvVar("ENVCTL_SWARM_NODE_ENGINE", "swarm: how to reach a node's engine when its envctl.engine label is unset "
+           "(default ssh://{addr})", _env_text),
     EnvVar("ENVCTL_AGENT_BASE_URL", "smoke LLM agent: OpenAI-compatible /v1 URL", _env_url),
     EnvVar("ENVCTL_AGENT_MODEL", "smoke LLM agent: model name", _env_text),
     EnvVar("ENVCTL_AGENT_API_KEY", "smoke LLM agent: API key", _env_text, secret=True),
     EnvVar("ENVCTL_JUDGE_BASE_URL", "smoke LLM judge: OpenAI-compatible /v1 URL", _env_url),
     EnvVar("ENVCTL_JUDGE_MODEL", "smoke LLM judge: model name", _env_text),
     EnvVar("ENVCTL_JUDGE_API_KEY", "smoke LLM judge: API key", _env_text, secret=True),
-    EnvVar("ENVCTL_WHEEL", "cloud: envctl wheel to install on lab hosts instead of building one", _env_path),
     EnvVar("AWS_REGION", "cloud: AWS region (like --region)", lambda v, w: validate_region(v, w)),
     EnvVar("ENVCTL_AWS_ENDPOINT_URL", "cloud: AWS endpoint (e.g. a moto server for tests)", _env_url),
     EnvVar("USER", "cloud: owner tag of the EC2 resources (default: the login name)", _env_text),

@@ -66,7 +66,7 @@ from fetch_server import FaultServer  # noqa: E402  (the tests' Range-capable fi
 from envctl.catalog import BUILTIN, load_catalog  # noqa: E402
 from envctl.images.build import mini_tag  # noqa: E402
 from envctl.images.lock import LockFile, Pin  # noqa: E402
-from envctl.images.registry import mirror_ref, registry_host  # noqa: E402
+from envctl.images.registry import mirror_ref  # noqa: E402
 
 # --instance / --port-offset (or ENVCTL_REHEARSE_INSTANCE / ENVCTL_REHEARSE_OFFSET) let a second rehearsal run
 # beside this one on the same engine.

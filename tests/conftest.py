@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -20,7 +19,6 @@ import pytest
 import requests
 
 if TYPE_CHECKING:
-    from envctl.cloud.package import ControllerPackage
     from envctl.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,7 +280,6 @@ def tear_down(lab: "Lab") -> None:
 # fixture -> the modules that use it, in the order they run (readers first, writers last)
 SHARED_USERS: dict[str, tuple[str, ...]] = {
     "mini_all": ("test_start_pages.py", "test_demo.py", "test_lifecycle.py", "test_auth_mini.py"),
-    "ssh_hosts": ("test_cloud_ansible.py", "test_cloud_pool.py"),
 }
 _closers: dict[str, Callable[[], None]] = {}  # fixture -> how to take it down early
 _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs it
@@ -298,7 +295,7 @@ _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs
 # module that uses a session fixture of SHARED_USERS is in the same lane as that fixture's other users.
 # Lane b: the cloud lab over SSH (mostly waiting on Ansible), the per-site mini image tests and
 # the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
-LANE_B = ("test_cloud_ansible.py", "test_cloud_pool.py", "test_mini_*.py", "test_soak.py",
+LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_mini_*.py", "test_soak.py",
           "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
           "test_evaluators.py")
 
@@ -436,90 +433,7 @@ def mini_all(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> I
         close()
 
 
-# -- the SSH "hosts" and the controller wheel: test_cloud_ansible, test_cloud_pool -------------------
-
-HOSTS_DIR = Path(__file__).with_name("hosts")
-# the instance names the cloud tests give their lab hosts (test_cloud_ansible: lab*, cl*; test_cloud_pool: lp*)
-LAB_INSTANCE_PREFIXES = ("lab", "cl", "lp")
-HOST_IMAGE = "envctl-test/ssh-host:1"
-
-
-class SshHost:
-    def __init__(self, name: str, port: int, key: Path) -> None:
-        self.name, self.port, self.key = name, port, key
-
-    def ssh(self, *argv: str) -> subprocess.CompletedProcess:
-        """Run argv on the host (quoted for the remote shell) through the published SSH port."""
-        return subprocess.run(
-            ["ssh", "-i", str(self.key), "-p", str(self.port), "-o", "StrictHostKeyChecking=no",
-             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", shlex.join(argv)],
-            capture_output=True, text=True, timeout=60)
-
-
-def _wait_ssh(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                if s.recv(16).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"sshd on 127.0.0.1:{port} did not answer within {timeout}s")
-
-
-@pytest.fixture(scope="session")
-def ssh_hosts(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SshHost]]:
-    """Two sshd + Python + docker CLI containers (tests/hosts), once per session."""
-    subprocess.run(["docker", "build", "-q", "-t", HOST_IMAGE, str(HOSTS_DIR)], check=True, capture_output=True)
-    keydir = tmp_path_factory.mktemp("ssh")
-    key = keydir / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    pub = key.with_suffix(".pub").read_text().strip()
-    hosts: list[SshHost] = []
-    names: list[str] = []
-
-    def remove() -> None:
-        # The hosts first: that ends their reset servers and background replenishers, which could
-        # otherwise bring a spare or a proxy back after the tests' 'envctl down'. Then every instance the
-        # hosts made on this (shared) engine, from here: nothing of a lab may outlive its tests (the
-        # engine-restart test, for one, runs only on an engine without other containers).
-        if names:
-            subprocess.run(["docker", "rm", "-f", "-v", *names], capture_output=True)
-        listed = subprocess.run(["docker", "ps", "-a", "--filter", "label=envctl.instance", "--format",
-                                 '{{.Label "envctl.instance"}}'], capture_output=True, text=True).stdout.split()
-        for inst in sorted(set(listed)):
-            if inst.startswith(LAB_INSTANCE_PREFIXES):
-                envctl_cli("down", "-i", inst, "--volumes")
-                remove_instance_images(inst)
-
-    close = _shared("ssh_hosts", remove)
-    try:
-        for _ in range(2):
-            name, port = f"envctl-test-host-{uuid.uuid4().hex[:6]}", free_port()
-            # Host network: envctl inside publishes its proxy through the shared engine on 127.0.0.1 and
-            # probes it there, as on a real lab host; sshd listens on its own port.
-            subprocess.run(["docker", "run", "-d", "--name", name, "--label", TEST_LABEL, "--network", "host",
-                            "-e", f"SSHD_PORT={port}",
-                            "-v", "/var/run/docker.sock:/var/run/docker.sock", "-e", f"AUTHORIZED_KEY={pub}", HOST_IMAGE],
-                           check=True, capture_output=True)
-            names.append(name)
-            hosts.append(SshHost(name, port, key))
-        for h in hosts:
-            _wait_ssh(h.port)
-        yield hosts
-    finally:
-        close()
-
-
-@pytest.fixture(scope="session")
-def package(tmp_path_factory: pytest.TempPathFactory) -> "ControllerPackage":
-    """The controller's envctl built once per session (the shared tree may change between two builds)."""
-    from envctl.cloud.package import controller_wheel
-
-    return controller_wheel(tmp_path_factory.mktemp("pkg"), with_dependencies=True)
-
+# -- the cloud tests' lab manifests ---------------------------------------------------------------
 
 @pytest.fixture
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

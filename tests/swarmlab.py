@@ -43,6 +43,7 @@ PREFIX = "envctl-swarmtest-"
 LABEL_KEY, LABEL_VALUE = "envctl.test", "swarmlab"
 LABEL = f"{LABEL_KEY}={LABEL_VALUE}"
 NODE_IMAGE = "envctl-swarmtest/node:1"
+SSH_NODE_IMAGE = "envctl-swarmtest/ssh-node:1"  # the node image with sshd and Python: a machine Ansible configures
 REGISTRY_IMAGE = "envctl-swarmtest/registry:1"
 NETWORK = PREFIX + "net"
 DEFAULT_SUBNET = "172.31.250.0/24"
@@ -167,6 +168,34 @@ def build_node_image(force: bool = False) -> str:
     return _build(NODE_IMAGE, {"Dockerfile": _NODE_DOCKERFILE, "entrypoint.sh": _NODE_ENTRYPOINT}, force)
 
 
+_SSH_NODE_ENTRYPOINT = r"""#!/bin/sh
+# A machine for 'envctl cloud up --inventory': sshd (root, the key in AUTHORIZED_KEY) beside the node's dockerd.
+set -eu
+mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh
+printf '%s\n' "${AUTHORIZED_KEY:?set AUTHORIZED_KEY}" > /root/.ssh/authorized_keys
+chmod 600 /root/.ssh/authorized_keys
+ssh-keygen -A >/dev/null
+/usr/sbin/sshd -e
+exec /usr/local/bin/swarmtest-dockerd "$@"
+"""
+
+_SSH_NODE_DOCKERFILE = f"""FROM {NODE_IMAGE}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server python3 python3-apt \\
+ && rm -rf /var/lib/apt/lists/* \\
+ && printf 'PasswordAuthentication no\\nPermitRootLogin prohibit-password\\nUseDNS no\\n' > /etc/ssh/sshd_config.d/envctl-test.conf
+COPY ssh-entrypoint.sh /usr/local/bin/swarmtest-ssh-node
+RUN chmod 0755 /usr/local/bin/swarmtest-ssh-node
+ENTRYPOINT ["/usr/local/bin/swarmtest-ssh-node"]
+"""
+
+
+def build_ssh_node_image(force: bool = False) -> str:
+    """Build ``envctl-swarmtest/ssh-node:1`` (the node image plus sshd and Python, for Ansible) unless present."""
+    build_node_image()
+    return _build(SSH_NODE_IMAGE, {"Dockerfile": _SSH_NODE_DOCKERFILE, "ssh-entrypoint.sh": _SSH_NODE_ENTRYPOINT}, force)
+
+
 def build_registry_image(force: bool = False) -> str:
     """Build ``envctl-swarmtest/registry:1`` (Debian's docker-registry, :5000, deletes on) unless present."""
     return _build(REGISTRY_IMAGE, {"Dockerfile": _REGISTRY_DOCKERFILE, "config.yml": _REGISTRY_CONFIG}, force)
@@ -227,7 +256,8 @@ class SwarmLab:
     """
 
     def __init__(self, nodes: int = 3, managers: int = 1, subnet: str = DEFAULT_SUBNET,
-                 registry_port: int = 15000, boot_timeout: float = 120, verbose: bool = True) -> None:
+                 registry_port: int = 15000, boot_timeout: float = 120, verbose: bool = True,
+                 ssh_key: str | None = None, form_swarm: bool = True) -> None:
         if not 1 <= managers <= nodes:
             raise ValueError("need 1 <= managers <= nodes")
         self.n_nodes, self.n_managers = nodes, managers
@@ -243,6 +273,8 @@ class SwarmLab:
         self.registry_push = ""
         self.boot_timeout = boot_timeout
         self.verbose = verbose
+        self.ssh_key = ssh_key  # a public key: the nodes run sshd (root) and are machines for Ansible
+        self.form_swarm = form_swarm  # False: engines only (what 'envctl cloud up' joins into a swarm)
         self.timings: dict[str, float] = {}
 
     # ---- naming ---------------------------------------------------------------------------------------
@@ -300,6 +332,8 @@ class SwarmLab:
         self.cleanup_leftovers()
         t = time.monotonic()
         build_node_image()
+        if self.ssh_key:
+            build_ssh_node_image()
         build_registry_image()
         self.timings["images"] = time.monotonic() - t
         for other in _subnets_in_use():
@@ -314,16 +348,20 @@ class SwarmLab:
             "--network", NETWORK, "--ip", self.registry_ip, "-p", f"{self.registry_push}:5000",
             "-v", "/var/lib/docker-registry", REGISTRY_IMAGE])
         for hostname, ip in self.node_ips.items():
+            ssh = ["-e", f"AUTHORIZED_KEY={self.ssh_key}"] if self.ssh_key else []
             sh(["run", "-d", "--name", self.container_name(hostname), "--hostname", hostname,
                 "--label", LABEL, "--label", f"envctl.swarmtest.node={hostname}",
                 "--network", NETWORK, "--ip", ip,
-                "-e", f"INSECURE_REGISTRIES={self.registry}",
-                *NODE_RUN_FLAGS, NODE_IMAGE])
+                "-e", f"INSECURE_REGISTRIES={self.registry}", *ssh,
+                *NODE_RUN_FLAGS, SSH_NODE_IMAGE if self.ssh_key else NODE_IMAGE])
         wait_until(lambda: http_get(f"http://{self.registry_push}/v2/") is not None, 60, "the registry")
         for hostname in self.node_ips:
             self.wait_engine(hostname)
         self.timings["engines_up"] = time.monotonic() - t
 
+        if not self.form_swarm:
+            self.timings["up_total"] = time.monotonic() - t_all
+            return self
         t = time.monotonic()
         mgr_ip = self.node_ips["node1"]
         sh(["swarm", "init", "--advertise-addr", mgr_ip, "--listen-addr", f"{mgr_ip}:2377"], host=self.manager_host)

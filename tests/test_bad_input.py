@@ -159,6 +159,7 @@ PARAM_KINDS: dict[str, tuple[st.SearchStrategy[str], tuple[str, ...]]] = {
     "service": (BAD_SERVICE, ("service", "--service")),
     "mirror": (st.sampled_from(["nosuchmirror", "../cmu", ""]), ("mirror",)),
     "registry_mirror": (BAD_REGISTRY, ("mirror", "registry")),
+    "registry": (BAD_REGISTRY, ("--registry", "registry")),
     "token": (BAD_TOKEN, ("--token", "token")),
     "max_age": (BAD_DURATION, ("--max-age", "duration", "age")),
     "ttl": (BAD_DURATION, ("--ttl", "ttl", "duration")),

@@ -7,13 +7,13 @@ import stat
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
-import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
 from envctl.errors import CloudError, UsageError
 from envctl.cloud import ec2 as e
-from envctl.cloud import hosts as lab
+from envctl.cloud import labs as lab
+from envctl.cloud.providers import Ec2Provider, InventoryProvider
 from envctl.cloud.aws import AwsCallFailed, aws_call, ec2_client
 
 REGION = "us-east-2"
@@ -54,6 +54,11 @@ def spec(**kw) -> e.Ec2LabSpec:
                 ttl_minutes=90, owner="tester")
     base.update(kw)
     return e.Ec2LabSpec(**base)
+
+
+def made(s: e.Ec2LabSpec, aws: object) -> tuple[lab.LabManifest, object]:
+    """The lab's EC2 machines, not joined (moto's machines cannot be reached over SSH)."""
+    return lab.up(s.lab, Ec2Provider(s, client=aws), progress=lambda _: None, join_swarm=False)
 
 
 def test_no_credentials_is_one_line(monkeypatch, tmp_path):
@@ -114,7 +119,7 @@ def test_bad_lab_names_touch_no_file(aws, tmp_path, name):
     with pytest.raises(UsageError, match="lab name"):
         lab.down(name, ec2=aws, region=REGION, progress=lambda _: None)
     with pytest.raises(UsageError, match="lab name"):
-        lab.up_inventory(name, [], progress=lambda _: None)
+        lab.up(name, InventoryProvider([]), progress=lambda _: None)
     assert victim.read_text() == "{}" and not (tmp_path / "data" / "labs").exists()
 
 
@@ -137,8 +142,8 @@ def test_up_creates_tagged_lab_and_status_shows_ttl_and_cost(aws, ami, monkeypat
     s = spec(ami="webarena", data_gb=0, root_gb=8)
     snap_gb = aws.describe_images(ImageIds=[ami])["Images"][0]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
     assert snap_gb > 8
-    m, play = lab.up_ec2(s, configure=False, progress=lambda _: None, ec2=aws)
-    assert play is None and len(m.hosts) == 2
+    m, play = made(s, aws)
+    assert play is None and len(m.machines) == 2
 
     # key pair: created, tagged, private key saved 0600 in the data dir
     key_file = m.resources["key_file"]
@@ -147,11 +152,14 @@ def test_up_creates_tagged_lab_and_status_shows_ttl_and_cost(aws, ami, monkeypat
     kp = aws.describe_key_pairs(KeyNames=["envctl-lab-a"])["KeyPairs"][0]
     assert {t["Key"]: t["Value"] for t in kp.get("Tags", [])}[e.TAG_LAB] == "lab-a"
 
-    # security group: SSH and the site ports, only from the named CIDR
+    # security group: SSH and the site ports, only from the named CIDR; every port between the lab's machines
     sg = aws.describe_security_groups(GroupIds=[m.resources["security_group_id"]])["SecurityGroups"][0]
-    assert sorted(p["FromPort"] for p in sg["IpPermissions"]) == [22, 7770, 9999]
-    for perm in sg["IpPermissions"]:
+    tcp = [p for p in sg["IpPermissions"] if p["IpProtocol"] == "tcp"]
+    assert sorted(p["FromPort"] for p in tcp) == [22, 7770, 9999]
+    for perm in tcp:
         assert [r["CidrIp"] for r in perm["IpRanges"]] == ["203.0.113.7/32"]
+    [own] = [p for p in sg["IpPermissions"] if p["IpProtocol"] == "-1"]
+    assert [g["GroupId"] for g in own["UserIdGroupPairs"]] == [sg["GroupId"]] and not own.get("IpRanges")
 
     # instances: tags, TTL (terminate on shutdown + scheduled shutdown), disks, key, group
     reservations = aws.describe_instances(Filters=e.lab_filter("lab-a"))["Reservations"]
@@ -173,36 +181,36 @@ def test_up_creates_tagged_lab_and_status_shows_ttl_and_cost(aws, ami, monkeypat
         vols = aws.describe_volumes(VolumeIds=vol_ids)["Volumes"]
         assert [v["Size"] for v in vols] == [snap_gb]  # root grown to the AMI snapshot's size
 
-    # waiters: the instances run, and the manifest was written, private (it holds the lab's token)
+    # waiters: the instances run, and the manifest was written, private (it names the key file)
     assert {h.state for h in e.describe_hosts(aws, "lab-a")} == {"running"}
     manifest = lab.labs_dir() / "lab-a.json"
     assert manifest.is_file() and stat.S_IMODE(os.stat(manifest).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(lab.labs_dir()).st_mode) == 0o700
-    assert len(m.serve_token) >= 32 and lab.LabManifest.load("lab-a").serve_token == m.serve_token
+    assert [x.name for x in lab.LabManifest.load("lab-a").machines] == [x.name for x in m.machines]
 
     # status: time left and cost from the price table, two hours after launch
     later = datetime.now(timezone.utc) + timedelta(hours=1)
-    st = lab.status("lab-a", ec2=aws, probe=False, now=later)
-    assert len(st.hosts) == 2 and st.price_snapshot
+    st = lab.status("lab-a", ec2=aws, now=later)
+    assert len(st.machines) == 2 and st.price_snapshot and st.nodes == []  # not joined: no swarm to ask
     rate = e.load_prices().hourly_price(REGION, "t3a.xlarge")
-    for h in st.hosts:
+    for h in st.machines:
         assert 25 <= h.time_left_minutes <= 30
         assert rate * 0.99 < h.cost_usd < rate * 1.2
-    assert st.total_cost_usd == pytest.approx(sum(h.cost_usd for h in st.hosts))
+    assert st.total_cost_usd == pytest.approx(sum(h.cost_usd for h in st.machines))
 
 
 def test_rerun_reuses_and_completes_the_lab(aws, ami, monkeypatch):
     s = spec(ami=ami, hosts=1)
-    m1, _ = lab.up_ec2(s, configure=False, progress=lambda _: None, ec2=aws)
-    m2, _ = lab.up_ec2(spec(ami=ami, hosts=2), configure=False, progress=lambda _: None, ec2=aws)
+    m1, _ = made(s, aws)
+    m2, _ = made(spec(ami=ami, hosts=2), aws)
     assert m2.resources["security_group_id"] == m1.resources["security_group_id"]
-    assert m2.serve_token == m1.serve_token  # the hosts' running reset servers keep their token
+    assert m2.created == m1.created  # the same lab, completed
     assert len(e.describe_hosts(aws, "lab-a")) == 2
     assert len(aws.describe_key_pairs(Filters=[{"Name": "key-name", "Values": ["envctl-lab-a"]}])["KeyPairs"]) == 1
 
 
 def test_spot_and_data_volume(aws, ami):
-    lab.up_ec2(spec(ami=ami, hosts=1, spot=True, data_gb=120), configure=False, progress=lambda _: None, ec2=aws)
+    made(spec(ami=ami, hosts=1, spot=True, data_gb=120), aws)
     inst = [i for r in aws.describe_instances(Filters=e.lab_filter("lab-a"))["Reservations"] for i in r["Instances"]][0]
     assert inst.get("InstanceLifecycle") == "spot"
     sizes = sorted(v["Size"] for v in aws.describe_volumes(
@@ -215,9 +223,9 @@ def test_spot_and_data_volume(aws, ami):
 def test_down_removes_only_this_labs_resources(aws, ami, tmp_path):
     # the user's own key pair, another lab and an untagged instance must survive
     aws.create_key_pair(KeyName="users-own-key")
-    other, _ = lab.up_ec2(spec(lab="lab-b", ami=ami, hosts=1), configure=False, progress=lambda _: None, ec2=aws)
+    other, _ = made(spec(lab="lab-b", ami=ami, hosts=1), aws)
     stray = aws.run_instances(ImageId=ami, MinCount=1, MaxCount=1, InstanceType="t3.micro")["Instances"][0]["InstanceId"]
-    mine, _ = lab.up_ec2(spec(ami=ami, hosts=2, key_name="users-own-key"), configure=False, progress=lambda _: None, ec2=aws)
+    mine, _ = made(spec(ami=ami, hosts=2, key_name="users-own-key"), aws)
     assert mine.resources["key_created"] is False and mine.resources["key_file"] is None
 
     result = lab.down("lab-a", ec2=aws, progress=lambda _: None)

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from envctl.smoke.evaluators import (Check, Evaluation, clean_answer, evaluate, exact_match, must_include,
+from envctl.smoke.evaluators import (Check, Evaluation, clean_answer, evaluate, must_include,
                                      parse_helper_call, required_contents_check, string_match_checks, url_match)
 from envctl.smoke.judge import Judge
 from envctl.smoke.tasks import TaskConfigError, task_from_config

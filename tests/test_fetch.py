@@ -198,7 +198,7 @@ def test_disk_precheck_refuses_with_numbers(server: FaultServer, blob: bytes, op
     monkeypatch.setenv("ENVCTL_DISK_BUDGET_BYTES", "1000000")
     with pytest.raises(DiskSpaceError) as err:
         get_artifacts([("s", data_artifact(server, "ok", size=len(blob)))], options=opts)
-    assert f"needs 3.0 MiB" in err.value.message and "976.6 KiB free" in err.value.message
+    assert "needs 3.0 MiB" in err.value.message and "976.6 KiB free" in err.value.message
     assert server.log == []  # nothing was fetched
 
 

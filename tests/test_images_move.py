@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -31,7 +30,7 @@ def small_image(docker_engine, tmp_path):
 
 def test_export_then_import_restores_the_same_image(small_image, tmp_path):
     tag, image_id = small_image
-    from envctl.images.get import export_image, import_image
+    from envctl.images.get import export_image
 
     out = export_image(tag, tmp_path / "img.tar")
     assert out.size > 512 * 1024 and (tmp_path / "img.tar.sha256").read_text().split()[0] == out.sha256

@@ -41,6 +41,7 @@ from envctl.backends.registry import Registry
 from envctl.errors import DockerError, EngineUnavailable, EnvctlError, NotReady, UsageError
 from envctl.healthchecks.wait import attempts
 from envctl.locks import locked
+from envctl.validate import env_value
 
 HELPER = "debian:bookworm-slim"  # for work on a node's filesystem (bind-mount sources)
 RESTART = {"no": "none", "always": "any", "unless-stopped": "any", "on-failure": "on-failure"}
@@ -106,7 +107,7 @@ class SwarmBackend(Backend):
 
     def __init__(self, manager: Engine | None = None, registry: str | None = None) -> None:
         self.manager = manager or ENGINE
-        self.registry_address = registry if registry is not None else os.environ.get("ENVCTL_SWARM_REGISTRY", "").strip()
+        self.registry_address = registry if registry is not None else (env_value("ENVCTL_SWARM_REGISTRY") or "")
         self._registry: Registry | None = None
         self._engines: dict[str, Engine] = {}
         self._nodes: dict[str, Node] = {}
@@ -622,7 +623,10 @@ class SwarmBackend(Backend):
         args = ["service", "create", "--detach", "--quiet", "--no-healthcheck", "--name", name, "--endpoint-mode", "dnsrr",
                 "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
                 "--restart-condition", "any", "--limit-memory", spec.memory.upper(),
-                "--mount", f"type=volume,source={name}-state,target=/etc/envctl,volume-label=envctl.instance={spec.instance}"]
+                # the table's volume is this proxy's own (named after its token): a volume a proxy left on a node that was
+                # lost holds another token's config, which a new proxy there must not start on
+                "--mount", f"type=volume,source={name}-{spec.labels.get('envctl.control', '')[:12]},target=/etc/envctl,"
+                           f"volume-label=envctl.instance={spec.instance},volume-label=envctl.role=proxy"]
         for k, v in spec.labels.items():
             args += ["--label", f"{k}={v}", "--container-label", f"{k}={v}"]
         for k, v in spec.env.items():
@@ -647,16 +651,17 @@ class SwarmBackend(Backend):
     def remove_proxy(self, instance: str) -> None:
         name = proxy_name(instance)
         svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
-        node = ((svc[0].get("Spec") or {}).get("Labels") or {}).get("envctl.node", "") if svc else ""
+        labels = ((svc[0].get("Spec") or {}).get("Labels") or {}) if svc else {}
         self.remove([name])
-        if node:
+        if labels.get("envctl.node"):
+            volume = f"{name}-{labels.get('envctl.control', '')[:12]}"
             try:
-                eng = self.engine(node)
+                eng = self.engine(labels["envctl.node"])
                 for _ in attempts(20, cap=0.5):  # the task's container goes a moment after the service
-                    if not eng.remove_volumes([f"{name}-state"]):
+                    if not eng.remove_volumes([volume]):
                         break
             except EnvctlError:
-                pass  # the node is gone: so is the volume
+                pass  # the node is gone: 'down --volumes' removes the volume when it is back
 
     def address(self, instance: str, name: str) -> str | None:
         m = self.member(name)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import traceback
-from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import click

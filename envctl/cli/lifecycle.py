@@ -1,19 +1,15 @@
 """envctl up, down, status, health, env, instances, logs, exec, login."""
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 import click
-from dataclasses import asdict
 
-from envctl.cli.core import (Ctx, _exit_unless, _finite, _check_region, _sites, auth_dir_option, cli, flavor_option,
+from envctl.cli.core import (Ctx, _exit_unless, _sites, auth_dir_option, cli, flavor_option,
                              instance_option, json_option, pass_ctx, sites_argument)
 from envctl.cli.serving import _pool_leases, _show_pool
-from envctl.errors import EnvctlError, UsageError
+from envctl.errors import EnvctlError
 
 
 # -- lifecycle -----------------------------------------------------------------------------------

@@ -1,18 +1,12 @@
 """envctl smoke: the reference agent and the benchmarks' evaluators."""
 from __future__ import annotations
 
-import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
-from dataclasses import asdict
 
-from envctl.cli.core import (Ctx, _exit_unless, _finite, _check_region, _sites, auth_dir_option, cli, flavor_option,
-                             instance_option, json_option, pass_ctx, sites_argument)
-from envctl.errors import EnvctlError, UsageError
+from envctl.cli.core import (Ctx, _exit_unless, cli, instance_option, json_option, pass_ctx)
 
 
 # -- smoke suite -----------------------------------------------------------------------------------

@@ -1,19 +1,13 @@
 """envctl reset, verify and snapshot, and the detached refill worker."""
 from __future__ import annotations
 
-import os
-import sys
-import time
-from pathlib import Path
-from typing import Any
 
 import click
 from dataclasses import asdict
 
-from envctl.cli.core import (Ctx, _exit_unless, _finite, _check_region, _sites, auth_dir_option, cli, flavor_option,
-                             instance_option, json_option, pass_ctx, sites_argument)
+from envctl.cli.core import (Ctx, _exit_unless, auth_dir_option, cli, instance_option, json_option, pass_ctx, sites_argument)
 from envctl.cli.core import LazyChoice
-from envctl.errors import EnvctlError, UsageError
+from envctl.errors import EnvctlError
 
 
 # -- state: reset, verify, snapshots, reset server ------------------------------------------------

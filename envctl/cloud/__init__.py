@@ -1,26 +1,48 @@
-"""Cloud labs: many hosts (EC2 through boto3, or SSH hosts from an inventory), each running envctl.
-
-The public face of :mod:`envctl.cloud.hosts` (manifests, Ansible plays) and
-:mod:`envctl.cloud.ec2` (AWS), used by ``envctl cloud`` and by harnesses::
+"""Cloud labs: machines (EC2 through boto3, or SSH machines from an inventory) joined into one Docker Swarm by
+Ansible; from there on the lab is envctl's Swarm backend. Needs the ``cloud`` extra (boto3, ansible-runner)::
 
     from envctl import cloud
     manifest, play = cloud.up("eval1", hosts=4, region="us-east-2", allow_cidrs=["203.0.113.7/32"])
-    workers = cloud.env("eval1", "browsergym")
+    cloud.env("eval1")   # {"ENVCTL_BACKEND": "swarm", "DOCKER_HOST": "ssh://ubuntu@...", "ENVCTL_SWARM_REGISTRY": ...}
+
+The providers are :mod:`envctl.cloud.providers`, the lab's manifest and the play :mod:`envctl.cloud.labs`.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from envctl.catalog import load_catalog
-from envctl.errors import CloudError, UsageError
-from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,
-                             validate_lab_name, validate_region)
-import envctl.cloud.ec2 as ec2mod
-import envctl.cloud.hosts as labmod
-from envctl.cloud.hosts import InstanceHealth, LabManifest, LabStatus, down, env, reset, status
+from envctl.errors import UsageError
 
-__all__ = ["up", "status", "env", "reset", "down", "LabManifest", "LabStatus", "InstanceHealth", "ttl_minutes"]
+
+class MissingExtra(UsageError):
+    """An optional part of envctl whose packages are not installed."""
+
+    def __init__(self, extra: str, what: str, module: str) -> None:
+        super().__init__(f"{what} needs envctl's '{extra}' extra (the Python module {module} is not installed)",
+                         f"pip install 'envctl[{extra}]'")
+
+
+for _module in ("boto3", "ansible_runner"):
+    if importlib.util.find_spec(_module) is None:
+        raise MissingExtra("cloud", "envctl cloud", _module)
+
+from envctl.catalog import load_catalog  # noqa: E402 - after the extra is known to be there
+from envctl.cloud import ec2 as ec2mod  # noqa: E402
+from envctl.cloud.ansible import InventoryHost  # noqa: E402
+from envctl.cloud.labs import LabManifest, LabStatus, NodeState, down, env, join, status  # noqa: E402
+from envctl.cloud.labs import up as lab_up  # noqa: E402
+from envctl.cloud.providers import Ec2Provider, InventoryProvider, Machine  # noqa: E402
+from envctl.validate import (validate_allowed_cidrs, validate_duration, validate_ec2_inputs,  # noqa: E402
+                             validate_lab_name, validate_region, validate_registry_mirror)
+
+__all__ = ["up", "up_machines", "status", "env", "down", "join", "LabManifest", "LabStatus", "NodeState", "Machine",
+           "ttl_minutes", "MissingExtra", "lab_ports"]
+
+ROOT_BASE_GB = 30  # OS, Docker engine, images of the mini flavor, logs
+GB = 1_000_000_000
+POOL_OFFSETS = (0, 10000)  # 'envctl up' (offset 0) and 'envctl serve --instances N' (from --base-offset 10000)
 
 
 def ttl_minutes(text: str) -> int:
@@ -28,35 +50,61 @@ def ttl_minutes(text: str) -> int:
     return validate_duration(text, "--ttl", minimum=60, maximum=7 * 86400) // 60
 
 
-def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: str = "t3a.xlarge",
-       ami: str = "webarena", allow_cidrs: Sequence[str] = (), allow_world: bool = False,
-       key_name: str | None = None, spot: bool = False, ttl: str = "8h", sites: str = "all", flavor: str = "full",
-       inventory_file: str | Path | None = None, images_url: str = "", instances_per_host: int = 1,
-       progress: Callable[[str], None] = lambda _m: None) -> tuple[LabManifest, Any]:
-    """Create the hosts (or take ``inventory_file``), prepare them with Ansible, run envctl up + serve on each
-    (``instances_per_host`` isolated instances on each host, on distinct port offsets).
+def lab_ports(sites: Sequence[str] | None, instances: int = 1) -> list[int]:
+    """The ports a lab opens to the user's CIDRs: the sites' public ports of one instance at offset 0 and of
+    ``instances`` pool members (offsets 10000, 11000, ...), and the registry's."""
+    catalog = load_catalog()
+    names = catalog.resolve(list(sites) if sites else None)
+    base = sorted({p for n in names for p in catalog.site(n).public_ports().values()})
+    offsets = [0] + [POOL_OFFSETS[1] + 1000 * k for k in range(max(0, instances))]
+    return sorted({p + off for p in base for off in offsets if p + off <= 65535} | {5000})
 
-    Returns the lab's manifest and the play's result (its ``failures`` name each host that failed).
-    Every value is checked before anything is created or written."""
+
+def _disk_gb(sites: Sequence[str] | None, flavor: str) -> int:
+    """The data volume a node needs for the flavor's images (0 for the mini flavor: the root volume holds them)."""
+    if flavor == "mini":
+        return 0
+    catalog = load_catalog()
+    total = 0
+    for n in catalog.resolve(list(sites) if sites else None):
+        fl = catalog.site(n).flavors.get(flavor)
+        total += sum(int(a.size or 0) + int(a.loaded_size or a.size or 0) for a in (fl.artifacts if fl else ()))
+    return max(20, int(total * 1.15 / GB) + 1)
+
+
+def up(lab: str, *, hosts: int = 1, region: str | None = None, instance_type: str = "t3a.xlarge",
+       ami: str = "ubuntu", allow_cidrs: Sequence[str] = (), allow_world: bool = False, key_name: str | None = None,
+       spot: bool = False, ttl: str = "8h", sites: str = "all", flavor: str = "mini", instances: int = 1,
+       inventory_file: str | Path | None = None, registry: str = "",
+       progress: Callable[[str], None] = lambda _m: None) -> tuple[LabManifest, Any]:
+    """EC2 machines (or the ones of ``inventory_file``) joined into one swarm. Every value is checked before anything
+    is created or written; the lab's security group opens SSH, the sites' ports (for ``instances`` pool members) and
+    the registry to ``allow_cidrs`` only."""
     validate_lab_name(lab)
     if region is not None:
-        validate_region(region)  # shell metacharacters and garbage: one line, before any AWS call
+        validate_region(region)
     minutes = ttl_minutes(ttl)
+    if registry:
+        validate_registry_mirror(registry, "--registry")
     selected = None if sites == "all" else sites.split(",")
-    names = load_catalog().resolve(selected)  # a typo is refused here, not on every host
-    offsets = labmod.instance_offsets(instances_per_host, labmod.lab_ports(names))
+    load_catalog().resolve(selected)  # a typo is refused here
     if inventory_file:
-        return labmod.up_inventory(lab, inventory_file=Path(inventory_file), flavor=flavor, sites=sites,
-                                   images_url=images_url, instances_per_host=instances_per_host, progress=progress)
-    validate_ec2_inputs(instance_type, ami, key_name, images_url)
-    allow_cidrs = validate_allowed_cidrs(allow_cidrs, allow_world=allow_world)
+        return lab_up(lab, InventoryProvider(inventory_file=Path(inventory_file)), registry=registry, progress=progress)
+    validate_ec2_inputs(instance_type, ami, key_name, "")
+    cidrs = validate_allowed_cidrs(allow_cidrs, allow_world=allow_world)
     if not region:
         raise UsageError("no AWS region given", "pass --region (e.g. us-east-2) or set AWS_REGION")
-    sizing = labmod.lab_sizing(selected, flavor, ami=ami, extra_ports=(load_catalog().reset_server.port,))
-    ports = tuple(sorted({p + off for p in sizing.ports for off in offsets}))  # every instance's, for the group
     spec = ec2mod.Ec2LabSpec(lab=lab, region=region, hosts=hosts, instance_type=instance_type, ami=ami,
-                             ports=ports, allow_cidrs=tuple(allow_cidrs), allow_world=allow_world,
-                             key_name=key_name, spot=spot, ttl_minutes=minutes,
-                             root_gb=sizing.root_gb, data_gb=sizing.data_gb)
-    return labmod.up_ec2(spec, flavor=flavor, sites=sites, images_url=images_url, instance_offsets=offsets,
-                         progress=progress)
+                             ports=tuple(lab_ports(selected, instances)), allow_cidrs=tuple(cidrs),
+                             allow_world=allow_world, key_name=key_name, spot=spot, ttl_minutes=minutes,
+                             root_gb=ROOT_BASE_GB + 10, data_gb=_disk_gb(selected, flavor))
+    return lab_up(lab, Ec2Provider(spec), registry=registry, progress=progress)
+
+
+def up_machines(lab: str, hosts: Sequence[InventoryHost], *, registry: str = "", registry_trusted: bool = False,
+                progress: Callable[[str], None] = lambda _m: None, **kwargs: Any) -> tuple[LabManifest, Any]:
+    """SSH machines given as records (what a harness or a test has), joined into one swarm."""
+    from envctl.cloud.labs import machines_from
+
+    return lab_up(lab, InventoryProvider(machines_from(hosts)), registry=registry, registry_trusted=registry_trusted,
+                  progress=progress, **kwargs)

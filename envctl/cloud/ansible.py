@@ -102,6 +102,38 @@ def inventory(hosts: Sequence[InventoryHost], *, known_hosts: Path | None = None
     return {"all": {"children": {"envctl": {"hosts": out}}}}
 
 
+def _ansible_bin() -> Path:
+    """The bin/ of this Python's environment (ansible-playbook and ansible-inventory come with envctl's extra)."""
+    return Path(sys.executable).parent
+
+
+def inventory_hosts(path: Path, group: str = "envctl") -> dict[str, dict[str, Any]]:
+    """The hosts of ``group`` in the user's inventory file and each one's variables (ansible-inventory reads it: INI,
+    YAML, any plugin). One line of error for a file Ansible cannot read or without the group."""
+    if not path.is_file():
+        raise UsageError(f"inventory file {path} does not exist", "give the path of an Ansible inventory (INI or YAML)")
+    env_path = os.pathsep.join([str(_ansible_bin()), os.environ.get("PATH", "")])
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = env_path  # ansible-runner looks ansible-inventory up on PATH
+    try:
+        out, err = ansible_runner.get_inventory("list", [str(path)], response_format="json", quiet=True)
+    except Exception as exc:  # noqa: BLE001 - ansible-runner raises several kinds for an unreadable file
+        raise UsageError(f"inventory file {path} could not be read by Ansible: {exc}", "check its syntax "
+                         "(ansible-inventory -i FILE --list)") from None
+    finally:
+        os.environ["PATH"] = old
+    if not isinstance(out, dict):
+        last = (str(err or out).strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"inventory file {path} could not be read by Ansible: {last}",
+                         "check its syntax (ansible-inventory -i FILE --list)")
+    names = list((out.get(group) or {}).get("hosts") or [])
+    if not names:
+        raise UsageError(f"inventory file {path} has no machines in the group '{group}'",
+                         f"list the lab's machines under [{group}] (INI) or {group}: hosts: (YAML)")
+    hostvars = (out.get("_meta") or {}).get("hostvars") or {}
+    return {n: dict(hostvars.get(n) or {}) for n in names}
+
+
 def _parse(out: str) -> Any:
     try:
         return json.loads(out)
@@ -174,7 +206,7 @@ def run_playbook(
         return False  # nothing needs keeping on disk beyond what ansible-runner writes anyway
 
     # ansible-playbook of the same environment as this Python, even when its bin/ is not on PATH
-    binary = Path(sys.executable).with_name("ansible-playbook")
+    binary = _ansible_bin() / "ansible-playbook"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="envctl-ansible-") as tmp:
         inv: Any = str(inventory_source) if isinstance(inventory_source, Path) else dict(inventory_source)

@@ -213,7 +213,8 @@ def ensure_key_pair(ec2: Any, spec: Ec2LabSpec, key_dir: Path, res: LabResources
 
 
 def ensure_security_group(ec2: Any, spec: Ec2LabSpec, res: LabResources) -> None:
-    """A group ``envctl-<lab>`` opening SSH and the site ports to ``allow_cidrs`` only."""
+    """A group ``envctl-<lab>`` opening SSH, the site ports and the registry to ``allow_cidrs`` only, and every
+    port between the lab's own machines (the swarm)."""
     name = f"envctl-{spec.lab}"
     with aws_call("looking up the security group", lab=spec.lab, created=res.summary()):
         groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]}, *lab_filter(spec.lab)])["SecurityGroups"]
@@ -231,6 +232,8 @@ def ensure_security_group(ec2: Any, spec: Ec2LabSpec, res: LabResources) -> None
     ranges = [{"CidrIp": c, "Description": "envctl --allow-cidr"} for c in cidrs if ":" not in c]
     ranges6 = [{"CidrIpv6": c, "Description": "envctl --allow-cidr"} for c in cidrs if ":" in c]
     perms = [{"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": ranges, "Ipv6Ranges": ranges6} for p in ports]
+    # the lab's machines reach each other: the swarm (2377, 7946 tcp/udp, 4789 udp), the overlay, the registry
+    perms.append({"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": gid, "Description": "envctl lab machines"}]})
     with aws_call("opening the lab ports", lab=spec.lab, created=res.summary()):
         ec2.authorize_security_group_ingress(GroupId=gid, IpPermissions=perms)
 
