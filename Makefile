@@ -11,7 +11,7 @@ all: test
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,cloud,browser]'
 	touch $@
 
 venv: $(VENV)/.installed

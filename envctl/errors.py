@@ -26,6 +26,23 @@ class UsageError(EnvctlError):
     exit_code = 2
 
 
+class MissingExtra(UsageError):
+    """An optional part of envctl whose Python packages are not installed (``pip install 'envctl[EXTRA]'``)."""
+
+    def __init__(self, extra: str, what: str, module: str) -> None:
+        super().__init__(f"{what} needs envctl's '{extra}' extra (the Python module {module} is not installed)",
+                         f"pip install 'envctl[{extra}]'")
+
+
+def need_extra(extra: str, what: str, *modules: str) -> None:
+    """Raise :class:`MissingExtra` unless every module of ``modules`` can be imported."""
+    import importlib.util
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtra(extra, what, module)
+
+
 class CatalogError(UsageError):
     """The site catalog is malformed. ``problems`` holds one line per problem found."""
 

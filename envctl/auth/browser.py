@@ -39,11 +39,12 @@ async def async_playwright() -> AsyncIterator[Any]:
     driver cannot start (e.g. a host missing the driver's shared libraries)."""
     from envctl.errors import NoBrowser
 
-    hint = "pip install playwright, and install Debian's chromium (apt-get install chromium)"
+    hint = "pip install 'envctl[browser]', and install Debian's chromium (apt-get install chromium)"
     try:
         from playwright.async_api import async_playwright as start
     except ImportError:
-        raise NoBrowser("Playwright is not installed on this machine", hint) from None
+        raise NoBrowser("a browser login needs envctl's 'browser' extra (the Python module playwright is not installed)",
+                        hint) from None
     cm = start()
     try:
         pw = await cm.__aenter__()

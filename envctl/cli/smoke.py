@@ -23,8 +23,11 @@ from envctl.cli.core import (Ctx, _exit_unless, cli, instance_option, json_optio
 def smoke(ctx: Ctx, task_set: str, sites: str | None, agent: str, instance: str, report_dir: str, parallel: int,
           as_json: bool) -> None:
     """Run the reference agent through benchmark-format tasks and score them with the benchmark's evaluators."""
+    from envctl.errors import need_extra
     from envctl.render import emit_json, err_console
     from envctl.smoke import format_table
+
+    need_extra("browser", "envctl smoke", "playwright")
 
     def progress(r: Any) -> None:
         if not as_json:

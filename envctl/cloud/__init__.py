@@ -9,24 +9,13 @@ The providers are :mod:`envctl.cloud.providers`, the lab's manifest and the play
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from envctl.errors import UsageError
+from envctl.errors import MissingExtra, UsageError, need_extra
 
 
-class MissingExtra(UsageError):
-    """An optional part of envctl whose packages are not installed."""
-
-    def __init__(self, extra: str, what: str, module: str) -> None:
-        super().__init__(f"{what} needs envctl's '{extra}' extra (the Python module {module} is not installed)",
-                         f"pip install 'envctl[{extra}]'")
-
-
-for _module in ("boto3", "ansible_runner"):
-    if importlib.util.find_spec(_module) is None:
-        raise MissingExtra("cloud", "envctl cloud", _module)
+need_extra("cloud", "envctl cloud", "boto3", "ansible_runner")
 
 from envctl.catalog import load_catalog  # noqa: E402 - after the extra is known to be there
 from envctl.cloud import ec2 as ec2mod  # noqa: E402

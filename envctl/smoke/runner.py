@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from envctl.errors import EnvctlError
+from envctl.errors import EnvctlError, need_extra
 from envctl.smoke.agent import RecipeError, ReferenceAgent, Trajectory, parse_recipe
 from envctl.smoke.evaluators import Check, Evaluation, evaluate, program_html_checks, Helpers
 from envctl.smoke.report import write_reports
@@ -271,6 +271,7 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
               task_set: str = "", coupled: list[tuple[str, str]] | None = None,
               rest_admin: tuple[str, str] | None = None) -> SmokeResult:
     """Run ``tasks`` (plus a negative control) against the sites in ``env``; write reports if asked."""
+    need_extra("browser", "envctl smoke", "playwright")
     if agent not in ("reference", "llm"):
         raise EnvctlError(f"unknown agent {agent!r}", hint="use --agent reference or --agent llm")
     if agent == "llm":
