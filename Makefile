@@ -58,8 +58,11 @@ bench: images
 	$(VENV)/bin/python bench/login.py
 	$(VENV)/bin/python bench/fetch.py
 	$(VENV)/bin/python bench/snapshot.py
+	$(VENV)/bin/python bench/proxy_flip.py
 	$(VENV)/bin/python bench/full_reset.py
 	$(VENV)/bin/python bench/leases.py
+	$(VENV)/bin/python bench/study.py
+	$(VENV)/bin/python bench/density.py
 
 clean:
 	-$(ENVCTL) down --instance default

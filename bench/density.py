@@ -31,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envctl.lab import Lab
-from envctl.plan import GIB, MARGIN, measure_engine, plan
+from envctl.lab import engine_memory as measure_engine
+from envctl.plan import GIB, MARGIN, plan
 
 def ephemeral_low() -> int:
     """The first port the kernel hands out to outgoing connections: published ports stay below it (a

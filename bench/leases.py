@@ -22,7 +22,7 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.leases.pool import auth_dir
+from envctl.leases.members import auth_dir
 from envctl.backends.docker import ENGINE as dk
 from envctl.serve import make_pool, serve
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import requests
 
+from common import pct
 from envctl.images.build import PROXY_IMAGE, ImageBuild, build, proxy_build
 from envctl.backends.docker import ENGINE as dk
 from envctl.routing import proxy
@@ -34,9 +35,6 @@ APP = ("import http.server,os\nclass H(http.server.BaseHTTPRequestHandler):\n de
        "http.server.ThreadingHTTPServer(('0.0.0.0',8000),H).serve_forever()\n")
 
 
-def pct(v: list[float], p: float) -> float:
-    s = sorted(v)
-    return s[max(0, min(len(s) - 1, round(p / 100 * (len(s) - 1))))]
 
 
 def old_image(rev: str) -> str:

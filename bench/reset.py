@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from common import pct
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
@@ -43,10 +44,6 @@ def table_head(title: str, head: tuple[str, ...]) -> None:
     print(" | ".join("---" for _ in head))
 
 
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, round(p / 100 * (len(s) - 1))))
-    return s[k]
 
 
 def spares_ready(lab: Lab, site: str) -> int:

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,21 +30,18 @@ from typing import Any
 
 import requests
 
+from common import free_port
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
 from envctl.leases.client import LeaseClient
-from envctl.leases.pool import auth_dir
+from envctl.leases.members import auth_dir
 from envctl.backends.docker import ENGINE as dk
 from envctl.smoke import load_task_set, run_smoke
 
 POOL, BASE_OFFSET = "study", 34000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def down(names: list[str]) -> None:
@@ -60,9 +56,6 @@ def pristine(instance: str) -> bool:
     return all(lab.verify(s).ok for s in lab.sites_up())
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
 
 
 def main() -> None:

@@ -42,7 +42,6 @@ import hmac
 import json
 import os
 import secrets
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,7 +53,7 @@ from envctl.errors import EnvctlError, UsageError
 from envctl.leases.client import running_server_url, server_record  # noqa: F401 - re-exported
 from envctl.leases.http import MAX_BODY, LeaseRoutes, Reply, as_json
 from envctl.leases.members import Members, auth_dir
-from envctl.leases.pool import FULL_RESET_WAIT, Pool
+from envctl.leases.pool import FULL_RESET_WAIT, Pool, say_stderr
 from envctl.leases.sizing import auto_size
 from envctl.locks import state_dir, write_private
 from envctl.validate import is_loopback, validate_host, validate_instance_name, validate_token
@@ -145,7 +144,7 @@ def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, s
 
     store = Members(make, size=instances, flavor=flavor, sites=sites, spares=spares, base_offset=base_offset,
                     bind=bind, instances=lambda: Lab.instances(lab.catalog))
-    return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, log=say or _stderr)
+    return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, log=say or say_stderr)
 
 
 def pool_size(lab: "Lab", sites: list[str], flavor: str, spares: int | None) -> tuple[int, str]:
@@ -349,12 +348,8 @@ def make_handler(service: ResetService | None, token: str | None, *, loopback: b
         "lease_routes": LeaseRoutes(pool, lambda: "") if pool is not None else None})
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
 def serve(lab: "Lab", host: str = "127.0.0.1", port: int = 7565, token: str | None = None,
-          ready: threading.Event | None = None, say: Callable[[str], None] = _stderr,
+          ready: threading.Event | None = None, say: Callable[[str], None] = say_stderr,
           pool: Pool | None = None) -> ThreadingHTTPServer:
     """Create the server (bound) and record its URL; call ``serve_forever()`` on the result.
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from envctl.catalog import Deployment
+from envctl.errors import DockerError, NotReady
+from envctl.healthchecks.wait import attempts
 
 LABEL = "envctl"
 Progress = Callable[[str, str, str], None]  # (site, phase, detail)
@@ -242,6 +244,31 @@ class Backend(ABC):
     @abstractmethod
     def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
         """Run argv inside ``member`` (wherever it runs); (exit code, output)."""
+
+    def died(self, copy: Copy) -> str:
+        """Why ``copy`` cannot become healthy any more ('' while it may: the default, for a backend that restarts)."""
+        return ""
+
+    def await_accepting(self, spec: CopySpec, copy: Copy, progress: Progress,
+                        cancel: threading.Event | None = None) -> None:
+        """Wait until every member of a booted ``copy`` with ready commands runs them successfully (its catalog
+        ``ready``), inside the member wherever it runs; NotReady after ``spec.timeout``, DockerError when it died."""
+        for svc in spec.services:
+            if not svc.ready:
+                continue
+            progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
+            member, ok, out = copy.members[svc.service], False, ""
+            for _ in attempts(spec.timeout, cancel=cancel):
+                why = self.died(copy)
+                if why:
+                    raise DockerError(f"{spec.site}: {why}", f"see 'envctl logs {spec.site}'")
+                rc, out = self.exec(member, list(svc.ready))
+                ok = rc == 0
+                if ok:
+                    break
+            if not ok:
+                raise NotReady(f"{spec.site}: {svc.service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
+                               f"see 'envctl logs {spec.site}'")
 
     @abstractmethod
     def member(self, name: str) -> Member | None:

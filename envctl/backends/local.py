@@ -15,8 +15,7 @@ from typing import Iterator
 from envctl.backends.base import (Backend, Copy, CopySpec, MemberMemory, InstanceSettings, Member, Progress, ProxyInfo,
                                   ProxySpec, _noop, network_name, proxy_name)
 from envctl.backends.docker import ENGINE, ContainerSeen, Engine, RunSpec
-from envctl.errors import DockerError, EnvctlError, NotReady
-from envctl.healthchecks.wait import attempts
+from envctl.errors import EnvctlError
 
 
 def member_of(c: ContainerSeen, instance: str = "") -> Member:
@@ -88,31 +87,12 @@ class LocalBackend(Backend):
                 copy.members[svc.service] = member_of(self.engine.wait_running(svc.name), spec.instance)
             timings["create"] = time.monotonic() - t0
             t1 = time.monotonic()
-            for svc in spec.services:
-                if svc.ready:
-                    progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
-                    self._wait_accepting(spec, copy, svc.service, list(svc.ready), cancel)
+            self.await_accepting(spec, copy, progress, cancel)
             timings["boot"] = time.monotonic() - t1
             return copy
         except BaseException:
             self.remove([s.name for s in spec.services])  # by the names it was given
             raise
-
-    def _wait_accepting(self, spec: CopySpec, copy: Copy, service: str, ready: list[str],
-                        cancel: threading.Event | None) -> None:
-        member = copy.members[service]
-        ok, out = False, ""
-        for _ in attempts(spec.timeout, cancel=cancel):
-            why = self.died(copy)
-            if why:
-                raise DockerError(f"{spec.site}: {why}", f"see 'envctl logs {spec.site}'")
-            rc, out = self.exec(member, ready)
-            ok = rc == 0
-            if ok:
-                break
-        if not ok:
-            raise NotReady(f"{spec.site}: {service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
-                           f"see 'envctl logs {spec.site}'")
 
     def died(self, copy: Copy) -> str:
         """Why ``copy`` cannot become healthy any more, or '' while every member runs."""

@@ -438,28 +438,12 @@ class SwarmBackend(Backend):
                                                    task.addresses.get(network_name(spec.instance), ""))
             timings["create"] = time.monotonic() - t0
             t1 = time.monotonic()
-            for svc in spec.services:
-                if svc.ready:
-                    progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
-                    self._wait_accepting(spec, copy, svc.service, list(svc.ready), cancel)
+            self.await_accepting(spec, copy, progress, cancel)
             timings["boot"] = time.monotonic() - t1
             return copy
         except BaseException:
             self.remove(made)
             raise
-
-    def _wait_accepting(self, spec: CopySpec, copy: Copy, service: str, ready: list[str],
-                        cancel: threading.Event | None) -> None:
-        member = copy.members[service]
-        ok, out = False, ""
-        for _ in attempts(spec.timeout, cancel=cancel):
-            rc, out = self.exec(member, ready)
-            ok = rc == 0
-            if ok:
-                break
-        if not ok:
-            raise NotReady(f"{spec.site}: {service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
-                           f"see 'envctl logs {spec.site}'")
 
     def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
         svcs = [s for s in self._services(instance=instance, **({"site": site} if site else {}))

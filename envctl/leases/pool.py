@@ -135,7 +135,8 @@ class MemberStore(Protocol):
         """Write the record; with ``expect``, only if the stored one passes it (else :class:`Conflict`)."""
 
 
-def _stderr(message: str) -> None:
+def say_stderr(message: str) -> None:
+    """The pool's and the reset server's log: one line on stderr, at once."""
     print(message, file=sys.stderr, flush=True)
 
 
@@ -144,7 +145,7 @@ class Pool:
 
     def __init__(self, name: str, store: MemberStore, *, heal_after: float = 60.0, probe_interval: float = 2.0,
                  tick: float = 0.5, health_timeout: float = 120.0, auth_max_age: float = 1800.0,
-                 max_lease: float | None = None, log: Callable[[str], None] = _stderr) -> None:
+                 max_lease: float | None = None, log: Callable[[str], None] = say_stderr) -> None:
         self.name = validate_instance_name(name)
         self.store = store
         self.heal_after, self.probe_interval, self.tick = heal_after, probe_interval, tick
