@@ -136,17 +136,12 @@ class Instance:
         return self.backend.node_name(self.settings)
 
     def problem(self) -> str:
-        """Why the instance cannot serve now ('' when it can): its node down or drained (a swarm), or a routed site
-        whose copy is gone (removed by hand; a copy that stopped is the heal's to replace)."""
+        """Why the instance cannot serve now ('' when it can): its node down or drained (a swarm), or its front proxy
+        gone. A site copy that stopped or was removed is not such a problem: a heal replaces it, URLs unchanged."""
         why = self.backend.problem(self.settings)
         if why:
             return why
-        table = self._read()
-        if table is None:
-            return "front proxy gone"
-        copies = self.copies()
-        gone = [s for s, slot in table.routes.active.items() if (s, slot) not in copies]  # a stopped one is healed
-        return f"copies removed: {', '.join(sorted(gone))}" if gone else ""
+        return "" if self.has_table() else "front proxy gone"
 
     @staticmethod
     def node_states() -> dict[str, str]:
@@ -425,11 +420,36 @@ class Instance:
         proxy.forget(self.name)
 
     # -- probes ----------------------------------------------------------------------------------------
+    def own_headers(self) -> dict[str, str]:
+        """What marks a request as envctl's own on this instance's proxy (not counted as a site's use: see
+        :meth:`activity`); {} without a proxy."""
+        try:
+            ctl = self.control()
+        except DockerError:
+            ctl = None
+        return {proxy.OWN_HEADER: proxy.own_token(ctl.token)} if ctl is not None else {}
+
+    def activity(self, sites: list[str]) -> proxy.Activity | None:
+        """Requests (not envctl's own) the proxy has passed to ``sites``' public ports, and the copies routed there
+        (None without a proxy). Two readings with the same counts and routes mean nothing but envctl reached them."""
+        ctl = self.control()
+        if ctl is None:
+            return None
+        d = self.settings.deployment
+        ports = sorted({d.port(p) for s in sites for p in self.catalog.site(s).public_ports().values()})
+        return proxy.activity(ctl, ports)
+
+    def site_ports(self, site: str) -> list[str]:
+        """The public ports of ``site`` on this instance (as the routing table names them)."""
+        d = self.settings.deployment
+        return sorted(str(d.port(p)) for p in self.catalog.site(site).public_ports().values())
+
     def probe(self, site: str) -> tuple[bool, list[ProbeResult]]:
-        """The site's probes on its public URLs (whatever copy is routed)."""
+        """The site's probes on its public URLs (whatever copy is routed), marked as envctl's own."""
         spec = self.catalog.site(site)
         d = self.settings.deployment
-        results = [run_probe(p, d.url(spec, p.service)) for p in spec.health.probes]
+        own = self.own_headers()
+        results = [run_probe(p, d.url(spec, p.service), headers=own) for p in spec.health.probes]
         return all(r.ok for r in results), results
 
     def probe_copy(self, copy: Copy) -> tuple[bool, list[ProbeResult]]:
@@ -439,7 +459,7 @@ class Instance:
         results = []
         for p in spec.health.probes:
             svc = p.service or spec.entry
-            results.append(run_probe(p, d.url(spec, svc), headers=self.backend_header(copy, svc)))
+            results.append(run_probe(p, d.url(spec, svc), headers={**self.own_headers(), **self.backend_header(copy, svc)}))
         return all(r.ok for r in results), results
 
     def wait_healthy(self, copy: Copy, progress: Progress = _noop, *, public: bool = False) -> list[ProbeResult]:
@@ -496,14 +516,23 @@ class Instance:
         """'' when ``copy`` matches the pristine fingerprint ``expected``, else why not."""
         return mismatch(expected, self.fingerprint(copy))
 
-    def save_inplace(self, copy: Copy, progress: Progress = _noop) -> bool:
-        """Save, in a pristine ``copy``, the state the in-place tier restores (``reset.inplace.save``); False
-        when the site declares no in-place tier."""
+    def save_inplace(self, copy: Copy, progress: Progress = _noop, *, state: str = "pristine") -> bool:
+        """Save ``copy``'s state inside it as ``state`` (``reset.inplace.save``: 'pristine' is what the in-place tier
+        restores); False when the site declares no in-place tier."""
         inplace = self.catalog.site(copy.site).reset.inplace
         if inplace is None:
             return False
-        self.run_steps(copy, inplace.save, "save", progress=progress)
+        self.run_steps(copy, inplace.save, "save", progress=progress, state=state)
         return True
+
+    def has_saved(self, copy: Copy, state: str) -> bool:
+        """Whether ``copy`` holds saved state ``state`` (``reset.inplace.has``; False when the site cannot say)."""
+        inplace = self.catalog.site(copy.site).reset.inplace
+        if inplace is None or not inplace.has:
+            return False
+        r = self.renderer(copy.site, copy.slot, state)
+        return all(self.exec(copy, st.service or self.catalog.site(copy.site).entry, r.argv(st.run))[0] == 0
+                   for st in inplace.has)
 
     # -- copies -----------------------------------------------------------------------------------------
     def copies(self, site: str | None = None) -> dict[tuple[str, str], Copy]:
@@ -525,10 +554,10 @@ class Instance:
                 seen.add(sf.image)
         return out
 
-    def renderer(self, site: str, slot: str) -> Renderer:
+    def renderer(self, site: str, slot: str, state: str = "pristine") -> Renderer:
         s = self.catalog.site(site)
         names = {svc: member_name(self.name, site, svc, slot) for svc in s.services}
-        return Renderer(self.catalog, site, self.settings.deployment, names)
+        return Renderer(self.catalog, site, self.settings.deployment, names, state)
 
     def spec(self, site: str, *, role: str, images: dict[str, str] | None = None, golden: str = "") -> CopySpec:
         """What booting a copy of ``site`` means here: each service's image, command, env, volumes, links,
@@ -586,10 +615,12 @@ class Instance:
         """Run the site's post-start steps in order (idempotent); returns how many ran."""
         return self.run_steps(copy, self.catalog.site(copy.site).steps(self.flavor), "configure", progress=progress)
 
-    def run_steps(self, copy: Copy, steps: Sequence[Step], what: str, *, progress: Progress = _noop) -> int:
-        """Run catalog steps (configure, in-place save/restore) in ``copy``, in order; returns how many ran."""
+    def run_steps(self, copy: Copy, steps: Sequence[Step], what: str, *, progress: Progress = _noop,
+                  state: str = "pristine") -> int:
+        """Run catalog steps (configure, in-place save/restore of saved ``state``) in ``copy``, in order; returns how
+        many ran."""
         s = self.catalog.site(copy.site)
-        r = self.renderer(copy.site, copy.slot)
+        r = self.renderer(copy.site, copy.slot, state)
         for i, step in enumerate(steps, 1):
             svc = step.service or s.entry
             argv = r.argv(step.run)
@@ -688,35 +719,6 @@ class Instance:
         self.backend.distribute(refs, progress)
 
     # -- what this instance leaves behind --------------------------------------------------------------
-    def remove_strays(self, site: str, table: RoutingTable, *, holding: bool = False) -> list[Copy]:
-        """Remove copies of ``site`` that are neither active nor ready; returns them. A copy still booting
-        is kept while its booter holds the site's ready lock (unless the caller holds it: ``holding``), and an
-        active-role one while 'up' holds the site's boot lock (a booter killed mid-way leaves one that the next
-        cleanup removes)."""
-        keep = {table.routes.active.get(site)} | set(table.ready.all_slots(site))
-        booting: bool | None = False if holding else None
-        activating: bool | None = None
-        removed = []
-        for (_, slot), c in self.copies(site).items():
-            if slot in keep:
-                continue
-            roles = c.roles
-            if roles & {"spare", "warm"}:
-                if booting is None:
-                    booting = self.held(self.ready_lock(site))
-                if booting:
-                    continue
-            if "active" in roles:  # perhaps the copy an 'up' (repair) is booting, not yet routed
-                if activating is None:
-                    activating = self.held(self.boot_lock(site))
-                if activating:
-                    continue
-            # A copy a route just left is drained: it takes no new request; let those in flight end.
-            self.retire(c.names)
-            self.remove_copy(c)
-            removed.append(c)
-        return removed
-
     def remove_all(self, sites: list[str] | None) -> tuple[list[str], list[str]]:
         """Remove every member of the instance (of ``sites``), the proxy and network too when no site is named;
         (the names removed, what the engine kept: the network, for a stale endpoint)."""

@@ -27,7 +27,7 @@ from envctl.auth import Report, Target, check, login_sites
 from envctl.auth import login as log_in
 from envctl.backends.base import InstanceSettings
 from envctl.catalog import Catalog, Renderer, load_catalog
-from envctl.errors import (DockerError, EnvctlError, ImageMissing, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp,
+from envctl.errors import (DockerError, EnvctlError, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp,
                            UsageError)
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import wait_for
@@ -41,9 +41,10 @@ from envctl.smoke.judge import Judge
 from envctl.state import capacity, ready, snapshots, tiers
 from envctl.state import logins as login_state
 from envctl.state.logins import Logins
+from envctl.state.create import create as create_snapshot
 from envctl.state.restore import restore as restore_snapshot
 from envctl.state.tiers import ResetResult, VerifyResult
-from envctl.state.up import SiteResult, ensure_site, spares_wanted
+from envctl.state.up import SiteResult, check_images, choose_flavor, ensure_site, spares_wanted
 from envctl.validate import env_value, validate_duration, validate_host, validate_instance_name, validate_port_offset
 
 
@@ -69,6 +70,7 @@ class UpResult:
     login_error: str = ""
     spares: dict[str, int] = field(default_factory=dict)  # spares per site set by this 'up' (booted in the background)
     spares_short: dict[str, str] = field(default_factory=dict)  # site -> why the plan gave it fewer than it wants
+    flavor_reason: str = ""  # why this flavor, when none was given for a new instance
 
     @property
     def ok(self) -> bool:
@@ -77,7 +79,8 @@ class UpResult:
     def to_dict(self) -> dict[str, Any]:
         return {"instance": self.instance, "flavor": self.flavor, "ok": self.ok, "seconds": round(self.seconds, 3),
                 "sites": [asdict(s) for s in self.sites], "login_files": self.login_files,
-                "login_error": self.login_error, "spares": self.spares, "spares_short": self.spares_short}
+                "login_error": self.login_error, "spares": self.spares, "spares_short": self.spares_short,
+                "flavor_reason": self.flavor_reason}
 
 
 @dataclass
@@ -208,18 +211,27 @@ class Lab:
         return inst.sites_up(inst.table()) if inst else []
 
     # -- up ----------------------------------------------------------------------------------
-    def _settings_for_up(self, flavor: str | None, public_host: str | None, bind: str | None,
-                         port_offset: int | None) -> InstanceSettings:
+    def choose_flavor(self, sites: list[str]) -> tuple[str, str]:
+        """The flavor a new instance of ``sites`` gets when none is given, and why (:func:`envctl.state.up.choose_flavor`)."""
+        return choose_flavor(self.catalog, self.instance, sites)
+
+    def _settings_for_up(self, flavor: str | None, public_host: str | None, bind: str | None, port_offset: int | None,
+                         names: list[str], progress: Progress) -> tuple[InstanceSettings, str]:
+        """The settings 'up' runs with, and why its flavor when none was given for a new instance (said in progress)."""
         current = self.settings()
         if current is None:
-            return InstanceSettings(self.instance, flavor or "full", public_host or "", bind or "127.0.0.1",
-                                    port_offset or 0, "http", str(data_dir(flavor or "full")), Instance.backend_kind())
+            reason = ""
+            if flavor is None:
+                flavor, reason = self.choose_flavor(names)
+                progress("*", "flavor", f"flavor {flavor}: {reason} (--flavor chooses)")
+            return InstanceSettings(self.instance, flavor, public_host or "", bind or "127.0.0.1", port_offset or 0,
+                                    "http", str(data_dir(flavor)), Instance.backend_kind()), reason
         wanted = {"flavor": flavor, "public_host": public_host, "bind": bind, "port_offset": port_offset}
         clash = [f"{k}={getattr(current, k)}" for k, v in wanted.items() if v is not None and v != getattr(current, k)]
         if clash:
             raise UsageError(f"instance '{self.instance}' already runs with {', '.join(clash)}",
                              f"run 'envctl down --instance {self.instance}' first, or use another --instance")
-        return current
+        return current, ""
 
     def _check_ports(self, sites: list[str], inst: Instance) -> list[int]:
         d = inst.settings.deployment
@@ -230,17 +242,13 @@ class Lab:
                             "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
         return sorted(ports | set(inst.proxy_ports()))
 
-    def _check_images(self, sites: list[str], inst: Instance) -> None:
-        missing = inst.missing_images(sites)
-        if not missing:
-            return
-        names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
-        flavor = f" --flavor {inst.flavor}" if inst.flavor != "full" else ""
-        if all(build for _, _, build in missing):
-            hint = f"build them with 'envctl images build --flavor {inst.flavor}'"
-        else:
-            hint = f"get them with 'envctl images get{flavor} " + " ".join(sorted({s for s, _, _ in missing})) + "'"
-        raise ImageMissing(f"missing images: {names}", hint)
+    def check_images(self, sites: list[str], flavor: str) -> None:
+        """ImageMissing, in one line naming the command that gets or builds them, unless every image of ``sites`` in
+        ``flavor`` is on the backend (a swarm: pushed to its registry first)."""
+        probe = Instance(self.catalog, InstanceSettings(self.instance, flavor, backend=Instance.backend_kind()))
+        names = [n for n in sites if flavor in self.catalog.site(n).flavors]
+        probe.distribute(sorted({img for n in names for img in probe.images(n).values()}))
+        check_images(probe, names)
 
     def _ensure_proxy(self, inst: Instance, ports: list[int], existed: bool, progress: Progress) -> None:
         try:
@@ -273,7 +281,7 @@ class Lab:
             validate_port_offset(port_offset, [p for n in names for p in self.catalog.site(n).public_ports().values()])
         Instance.check_engine()
         with locked(f"instance.{self.instance}"):
-            settings = self._settings_for_up(flavor, public_host, bind, port_offset)
+            settings, reason = self._settings_for_up(flavor, public_host, bind, port_offset, names, progress)
             self.catalog.require_flavor(sites if sites and not all_sites else (), settings.flavor)
             lacking = [n for n in names if settings.flavor not in self.catalog.site(n).flavors]
             names = [n for n in names if n not in lacking]
@@ -284,7 +292,7 @@ class Lab:
             where = Instance(self.catalog, settings, cancel=self.cancel)
             # where copies boot on other machines (a swarm), the images go where those reach them first
             where.distribute(sorted({img for n in names for img in where.images(n).values()}), progress)
-            self._check_images(names, where)
+            check_images(where, names)
             inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel, sites=names)
             try:
                 ports = self._check_ports(names, inst)
@@ -311,7 +319,8 @@ class Lab:
                 except KeyboardInterrupt:
                     self.cancel.set()
                     raise
-        result = UpResult(self.instance, settings.flavor, [results[n] for n in names], time.monotonic() - start)
+        result = UpResult(self.instance, settings.flavor, [results[n] for n in names], time.monotonic() - start,
+                          flavor_reason=reason)
         if login and result.ok and wait:
             result.login_files = self._seed_logins([s.site for s in result.sites], progress)
             result.login_error = self.login_error
@@ -333,6 +342,25 @@ class Lab:
         return result
 
     # -- login state -----------------------------------------------------------------------------
+    def activity(self, sites: list[str]) -> Any:
+        """What reached ``sites`` through the proxy (:class:`envctl.routing.proxy.Activity`), None when it cannot be
+        read: compare two readings with ``untouched``/``same_copy`` to know whether a site may have changed."""
+        try:
+            return self.running().activity(sites)
+        except EnvctlError:
+            return None
+
+    def site_ports(self, site: str) -> list[str]:
+        """The public ports of ``site`` on this instance."""
+        return self.running().site_ports(site)
+
+    def own_headers(self) -> dict[str, str]:
+        """The header that marks envctl's own requests to the sites (probes, logins): not counted as their use."""
+        try:
+            return self.running().own_headers()
+        except EnvctlError:
+            return {}
+
     def login(self, sites: list[str] | None = None, *, out: str | Path | None = None,
               max_age: float | None = None) -> dict[str, Path]:
         """Write (or keep, if younger than ``max_age`` seconds and valid) the login state files."""
@@ -442,56 +470,10 @@ class Lab:
             raise UsageError("golden has no warm copies: its ready copies are the spares",
                              f"use 'envctl up {site} --spares 1', or name the snapshot")
         snapshots.validate_name(name)  # a bad name is refused before anything runs
-        inst = self.running()
         t = time.monotonic()
-        timings: dict[str, float] = {}
-        method, attempts, note = "stop", 1, ""
-        with locked(inst.reset_lock(site)):
-            copy = inst.active_copy(site, inst.table())
-            if copy is None:
-                raise SiteNotUp(site, self.instance)
-            if inst.thaw_leftovers(copy):
-                progress(site, "snapshot", "unpaused members a killed capture had left frozen")
-            if name == "golden":
-                tf = time.monotonic()
-                fp = inst.fingerprint(copy)
-                timings["fingerprint"] = time.monotonic() - tf
-                # Pristine is redefined as this state: the in-place tier must restore it, not the state
-                # saved when the copy was configured (the golden then carries it to every copy).
-                tf = time.monotonic()
-                if inst.save_inplace(copy, progress):
-                    timings["save"] = time.monotonic() - tf
-                progress(site, "snapshot", "clean stop, commit, start")
-                tf = time.monotonic()
-                copy = snapshots.commit_golden(inst, copy, fp)
-                timings["stop_commit_start"] = time.monotonic() - tf
-                tags = snapshots.golden_tags(inst, site)
-                inst.set_pristine(site, fp)
-                inst.wait_healthy(copy, progress, public=True)
-            else:
-                cap = snapshots.capture_live(inst, copy, name, progress, clean_stop=clean_stop)
-                tags, fp, method, attempts, note = cap.tags, cap.fingerprint, cap.method, cap.attempts, cap.note
-                timings.update(cap.timings)
-                if method == "stop":
-                    inst.wait_healthy(copy, progress, public=True)
-                login_state.stash(self.logins, site, name)
-            timings["capture"] = time.monotonic() - t
-        slots: list[str] = []
-        if name != "golden":
-            # warm copies booted from the images this snapshot replaces are stale
-            source = snapshot_source(name)
-            stale = ready.drop(inst, self.logins, site, source)
-            if stale:
-                progress(site, "warm", f"removed {len(stale)} warm copies of the replaced snapshot")
-            if warm:
-                tw = time.monotonic()
-                inst.want_ready(site, source, 1)
-                ready.refill(inst, self.logins, site, progress, wait=True, sources=[source])
-                slots = [r.slot for r in inst.table().ready.of(site, source)]
-                timings["warm"] = time.monotonic() - tw
-                if not slots:
-                    raise ResetFailed(f"{site}: no warm copy of '{name}' became ready",
-                                      f"see 'envctl status' and 'envctl logs {site}'")
+        made = create_snapshot(self.running(), self.logins, site, name, progress, warm=warm, clean_stop=clean_stop)
+        tags, fp, method, attempts, slots, note, timings = (made.tags, made.fingerprint, made.method, made.attempts,
+                                                           made.slots, made.note, made.timings)
         return SnapshotResult(site, name, tags, fp.digest, round(time.monotonic() - t, 3),
                               {k: round(v, 3) for k, v in timings.items()}, method, attempts, slots, note=note)
 
@@ -508,7 +490,7 @@ class Lab:
         t = time.monotonic()
         res = restore_snapshot(inst, self.logins, site, name, progress, background=background)
         return SnapshotResult(site, name, tags, res.fingerprint, round(time.monotonic() - t, 3),
-                              {k: round(v, 3) for k, v in res.phases.items()}, "warm" if res.warm else "cold",
+                              {k: round(v, 3) for k, v in res.phases.items()}, res.how,
                               warm=[res.copy.slot] if res.warm else [], login=res.login)
 
     def _handle(self) -> Instance:

@@ -259,6 +259,37 @@ def test_an_instance_tampered_while_free_is_not_handed_out_until_it_verifies(srv
             srv.release(x["id"])
 
 
+def test_a_release_then_acquire_verifies_each_site_once(srv: Server) -> None:
+    """A whole-instance lease that wrote on reddit: its release resets and verifies reddit (homepage, untouched and
+    read-only, is not verified again), and the next acquire verifies nothing (the proxy saw no request but envctl's
+    since); the fingerprints the server computed are counted, not assumed."""
+    srv.wait(srv.all_free, what="a free pool")
+    first = [srv.acquire(ttl=120, holder=f"w{i}").json() for i in range(SIZE)]  # every member: one is ours
+    mine, other = first[0], first[1]
+    inst = mine["instance"]
+    try:
+        post_on_reddit(mine["env"]["WA_REDDIT"], f"once {uuid.uuid4().hex[:6]}", mine["auth"].get("reddit_state.json"))
+        s0 = srv.summary()
+        assert srv.release(mine["id"]).status_code == 200
+        srv.wait(lambda: next(r for r in srv.rows() if r["instance"] == inst)["state"] == "free", what="the release")
+        s1 = srv.summary()
+        again = srv.acquire(ttl=60, holder="next").json()
+        s2 = srv.summary()
+        try:
+            assert again["instance"] == inst  # the only free member
+            at_release, at_acquire = s1["fingerprints"] - s0["fingerprints"], s2["fingerprints"] - s1["fingerprints"]
+            print(f"\nfingerprints: release {at_release}, acquire {at_acquire}; skipped at acquire "
+                  f"{s2['verifications_skipped'] - s1['verifications_skipped']}")
+            assert at_release == 1, (s0, s1)  # reddit, reset and verified; homepage not touched
+            assert at_acquire == 0 and s2["verifications"] == s1["verifications"], (s1, s2)
+            assert s2["verifications_skipped"] - s1["verifications_skipped"] == len(SITES)
+            assert all(Lab(instance=inst).verify(site).ok for site in SITES)  # and it is pristine indeed
+        finally:
+            srv.release(again["id"])
+    finally:
+        srv.release(other["id"])
+
+
 def test_browsergym_full_reset_through_a_lease_is_ready_on_the_first_status(srv: Server) -> None:
     srv.wait(srv.all_free, what="a free pool")
     lease = srv.acquire(sites=["reddit"], ttl=120).json()

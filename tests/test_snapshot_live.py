@@ -226,12 +226,35 @@ def test_session_from_before_the_snapshot_is_valid_after_restore(lab):
     lab.snapshot_remove("session", "reddit")
 
 
+def test_restore_without_a_warm_copy_is_in_place_when_the_copy_holds_the_snapshot(lab):
+    """A tree-search agent backtracking: no warm copy, the routed copy is the one the snapshot was taken from (an
+    in-place reset keeps it), so the snapshot's saved state is put back inside it, verified by its fingerprint."""
+    title = f"branch {uuid.uuid4().hex[:6]}"
+    post(lab, title)
+    snap = lab.snapshot_create("reddit", "node1")
+    assert "save" in snap.timings, snap.timings
+    active = table(lab).routes.active["reddit"]
+    for i in range(2):  # down a branch, then back, twice
+        later = f"later {i} {uuid.uuid4().hex[:6]}"
+        post(lab, later)
+        res = lab.snapshot_restore("reddit", "node1", background=False)
+        assert res.method == "in place" and "inplace" in res.timings and "boot" not in res.timings, res
+        assert listed(lab, title) and not listed(lab, later)
+        assert lab.verify("reddit").actual == snap.fingerprint
+        assert table(lab).routes.active["reddit"] == active  # the same copy, no boot
+    # the pristine state saved in that copy is still what a reset restores
+    [r] = lab.reset(["reddit"], refill=False)
+    assert r.ok and not listed(lab, title) and lab.verify("reddit").ok
+    lab.snapshot_remove("node1", "reddit")
+
+
 def test_cold_restore_without_a_warm_copy(lab):
     title = f"cold {uuid.uuid4().hex[:6]}"
     post(lab, title)
     snap = lab.snapshot_create("reddit", "cold")
     assert snap.warm == [] and not wants_warm(table(lab), "cold")
-    [r] = lab.reset(["reddit"], refill=False)
+    # a recreate routes a copy booted from the golden: it does not hold the snapshot's saved state
+    [r] = lab.reset(["reddit"], tier="recreate", refill=False)
     assert r.ok and not listed(lab, title)
     res = lab.snapshot_restore("reddit", "cold", background=False)
     assert res.method == "cold" and "boot" in res.timings, res

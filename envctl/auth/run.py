@@ -54,8 +54,9 @@ class Target:
         if settings is None:
             raise UsageError(f"instance '{lab.instance}' is not running", "start it with 'envctl up'")
         up = tuple(s for s in lab.sites_up() if lab.catalog.site(s).login)
+        own = lab.own_headers() if hasattr(lab, "own_headers") else {}  # envctl's own requests: not a site's use
         return cls(lab.catalog, settings.deployment, Path(out) if out else Path(lab.auth_dir), settings.flavor, up,
-                   tuple(sorted((headers or {}).items())))
+                   tuple(sorted({**own, **(headers or {})}.items())))
 
 
 @dataclass

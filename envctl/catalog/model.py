@@ -397,6 +397,10 @@ class InPlace(_Model):
 
     save: tuple[Step, ...] = Field(min_length=1)
     restore: tuple[Step, ...] = Field(min_length=1)
+    # Exit 0 when the copy holds saved state {state}. With it, a named snapshot is saved in place too (state
+    # ``snap_<name>``), and 'snapshot restore' without a warm copy restores it inside the running copy when the copy
+    # has it. ``{state}`` is ``pristine`` for the reset tier.
+    has: tuple[Step, ...] = ()
 
 
 class Reset(_Model):
@@ -472,7 +476,8 @@ class Site(_Model):
             raise ValueError("reset tier 'endpoint' needs reset.endpoint")
         if self.reset.tier == "inplace" and not self.reset.inplace:
             raise ValueError("reset tier 'inplace' needs reset.inplace (save and restore steps)")
-        for step in (*self.reset.inplace.save, *self.reset.inplace.restore) if self.reset.inplace else ():
+        for step in (*self.reset.inplace.save, *self.reset.inplace.restore, *self.reset.inplace.has) \
+                if self.reset.inplace else ():
             if step.service and step.service not in self.services:
                 raise ValueError(f"reset.inplace step names unknown service '{step.service}'")
         problem = self._contract_problem()
@@ -493,7 +498,8 @@ class Site(_Model):
             named.setdefault(p.service or self.entry, f"health probe '{p.name}'")
         for q in self.fingerprint:
             named.setdefault(q.service or self.entry, f"fingerprint query '{q.name}'")
-        inplace = (*self.reset.inplace.save, *self.reset.inplace.restore) if self.reset.inplace else ()
+        inplace = (*self.reset.inplace.save, *self.reset.inplace.restore, *self.reset.inplace.has) \
+            if self.reset.inplace else ()
         for i, step in enumerate(self.configure):
             named.setdefault(step.service or self.entry, f"configure step {i + 1}")
         for step in inplace:

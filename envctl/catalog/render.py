@@ -14,7 +14,7 @@ from envctl.secrets import mask_data, mask_text
 
 # -- rendering ----------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\{(public_url|public_host|public_port|scheme|data_dir|instance|sites\.[a-z0-9_]+\.public_url|"
+_TOKEN = re.compile(r"\{(public_url|public_host|public_port|scheme|data_dir|instance|state|sites\.[a-z0-9_]+\.public_url|"
                     r"service\.[a-z0-9_]+|service_url\.[a-z0-9_]+|service_port\.[a-z0-9_]+|"
                     r"setting\.[a-z0-9_]+)\}")
 
@@ -46,6 +46,7 @@ class Renderer:
     site_name: str
     deployment: Deployment
     containers: Mapping[str, str] = field(default_factory=dict)  # service -> container name
+    state: str = "pristine"  # {state}: the saved state an in-place step saves or restores (an identifier)
 
     @cached_property
     def site(self) -> Site:
@@ -65,6 +66,8 @@ class Renderer:
             return d.data_dir
         if token == "instance":
             return d.instance
+        if token == "state":
+            return self.state
         kind, _, rest = token.partition(".")
         if kind == "sites":
             return d.url(self.catalog.site(rest.split(".")[0]))

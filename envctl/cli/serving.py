@@ -53,6 +53,8 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         validate_token(token)
     names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
     pool_site_names = ctx.catalog.resolve(names) if names else None
+    if instances is not None:
+        flavor = _pool_flavor(ctx, instance, flavor, ctx.catalog.resolve(pool_site_names, all_sites=not pool_site_names))
     size = _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)
     lab = ctx.lab(instance)
     if lab.settings() is None and size is None:
@@ -77,6 +79,21 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         if pool is not None:
             pool.stop()
         server.server_close()
+
+
+def _pool_flavor(ctx: Ctx, instance: str, flavor: str | None, names: list[str]) -> str:
+    """The pool's flavor: the one given, else the one its first member runs, else the one whose images are here
+    (said in one line); refused at once, in one line, when that flavor's images are missing."""
+    lab = ctx.lab(instance)
+    if flavor is None:
+        running = ctx.lab(f"{instance}-1").settings()
+        if running is not None:
+            flavor = running.flavor
+        else:
+            flavor, why = lab.choose_flavor(names)
+            click.echo(f"pool flavor {flavor}: {why} (--flavor chooses)", err=True)
+    lab.check_images(names, flavor)
+    return flavor
 
 
 def _pool_size(ctx: Ctx, instances: str | None, instance: str, flavor: str | None, sites: list[str] | None,

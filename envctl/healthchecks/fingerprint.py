@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
 import json
 from dataclasses import dataclass, field
 
@@ -30,9 +31,20 @@ class Fingerprint:
         return cls(raw["digest"], raw.get("parts", {}))
 
 
+_computed = [0]
+_computed_lock = threading.Lock()
+
+
+def computed() -> int:
+    """How many fingerprints this process has computed (a pool's /metrics shows it: verifications it paid for)."""
+    return _computed[0]
+
+
 def hashed(outputs: dict[str, str]) -> Fingerprint:
     """The fingerprint of the site's query outputs (query name -> what it printed; lines right-stripped, the
     whole stripped); no query at all hashes to a constant."""
+    with _computed_lock:
+        _computed[0] += 1
     parts = {name: "\n".join(line.rstrip() for line in out.strip().splitlines()) for name, out in outputs.items()}
     h = hashlib.sha256()
     for name in sorted(parts):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from envctl.healthchecks.fingerprint import computed as fingerprints_computed
+
 RESET_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
 
 
@@ -33,6 +35,8 @@ class Stats:
     reset_seconds: dict[str, list[float]] = field(default_factory=dict)  # tier -> [bucket counts..., sum, count]
     turnaround: list[float] = field(default_factory=list)  # seconds from a release to the instance free again
     verifications: int = 0  # site verifications (fingerprint passes) the pool ran
+    verifications_skipped: int = 0  # sites not verified again: nothing but envctl reached them since they verified
+    resets_skipped: int = 0  # leased sites not reset at release: nobody reached them during the lease
     node_losses: int = 0  # nodes seen going from ready to down (a pool on a swarm)
 
     def reset(self, tier: str, ok: bool, seconds: float) -> None:
@@ -97,6 +101,12 @@ def prometheus(summary: dict[str, Any], stats: Stats, nodes: dict[str, Any] | No
            [({**p, "instance": i, "error": e[:200]}, 1) for i, e in sorted(s.get("failing", {}).items())])
     metric("envctl_verifications_total", "counter", "Site verifications (fingerprint passes) the pool ran.",
            [(p, stats.verifications)])
+    metric("envctl_verifications_skipped_total", "counter", "Sites not verified again: the proxy saw no request "
+           "but envctl's own reach them, on the same copy, since they last verified.", [(p, stats.verifications_skipped)])
+    metric("envctl_resets_skipped_total", "counter", "Leased sites not reset at release: no request reached them "
+           "during the lease.", [(p, stats.resets_skipped)])
+    metric("envctl_fingerprints_total", "counter", "Fingerprints this server process computed (the pool's "
+           "verifications and the resets' own).", [(p, fingerprints_computed())])
     metric("envctl_resets_total", "counter", "Site resets by the tier that ended them and whether they verified.",
            [({**p, "tier": t, "ok": ok}, n) for (t, ok), n in sorted(stats.resets.items())])
     out.append("# HELP envctl_reset_seconds Site reset latency (verified), by tier.")

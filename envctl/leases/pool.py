@@ -39,7 +39,7 @@ from envctl.errors import EnvctlError, UsageError
 from envctl.healthchecks.wait import wait_for
 from envctl.leases.client import (DEFAULT_TTL, Lease, LeaseLost, NoFreeInstance, NoSuchLease, _iso,
                                   validate_max_seconds, validate_ttl, validate_wait)
-from envctl.leases.metrics import Stats, percentile, prometheus
+from envctl.leases.metrics import Stats, fingerprints_computed, percentile, prometheus
 from envctl.validate import validate_instance_name
 
 STARTING, FREE, LEASED, RELEASING, BROKEN = "starting", "free", "leased", "releasing", "broken"
@@ -66,6 +66,10 @@ class PoolLab(Protocol):
     def reset(self, sites: list[str] | None = ..., *, tier: str | None = ..., refill: bool = ...) -> list[Any]: ...
 
     def probe_site(self, site: str) -> tuple[bool, str]: ...
+
+    def activity(self, sites: list[str]) -> Any: ...
+
+    def site_ports(self, site: str) -> list[str]: ...
 
     def problems(self, sites: list[str]) -> list[str]: ...
 
@@ -107,6 +111,9 @@ class Member:
     released_at: float = 0.0  # monotonic: when its last release began (turnaround figures)
     node: str = ""  # the node it runs on (a swarm), '' on this machine
     failures: int = 0  # times in a row it failed to come up
+    # the proxy's reading (requests per port, routes) at which every site was last known pristine: a site nothing
+    # but envctl reached since, on the same copy, is not verified again (None: verify every site)
+    seen: Any = None
 
     def record(self, pool: str) -> dict[str, Any]:
         out: dict[str, Any] = {"pool": pool, "state": self.state if self.state != STARTING else FREE}
@@ -161,6 +168,7 @@ class Pool:
         self.starting = True  # until the first ensure() has finished
         self.node_states: dict[str, str] = {}  # node -> state, as last seen (a pool on a swarm)
         self.starting_error = ""
+        self.retry_pause = max(5.0, min(30.0, heal_after))  # before a broken member is tried again
 
     # -- membership ------------------------------------------------------------------------------
     def _member(self, name: str) -> Member:
@@ -231,14 +239,14 @@ class Pool:
         with self.cond:
             m.state, m.error = BROKEN, error
             m.failures += 1
-            m.retry_at = time.monotonic() + 30
+            m.retry_at = time.monotonic() + self.retry_pause
             self.stats.member_failures += 1
             self.cond.notify_all()
         self.log(f"pool {self.name}: {m.name} failed to come up: {error}")
 
     def _retry(self, m: Member) -> None:
         """A broken member again: brought up when it lacks sites (or is gone), else reset by recreating."""
-        if not m.lab.present() or self._half_made(m):
+        if not m.lab.present() or self._half_made(m) or m.failures:  # never came up: 'up' again (it repairs)
             with self.cond:
                 m.state = STARTING
             self._spawn(self.store.bring_up, self, [m])
@@ -314,7 +322,7 @@ class Pool:
                         self.log(f"pool {self.name}: lease {lease_id} on {m.name} expired; reclaiming")
                         self._begin_release(m)
                 elif m.state == BROKEN and m.retry_at <= time.monotonic() and not self.starting:
-                    m.retry_at = time.monotonic() + max(30.0, self.heal_after)
+                    m.retry_at = time.monotonic() + self.retry_pause
                     self._retry(m)
             if time.monotonic() >= next_probe:
                 next_probe = time.monotonic() + self.probe_interval
@@ -448,7 +456,8 @@ class Pool:
                         starting = sum(1 for x in self.members.values() if x.state == STARTING)
                         what = (f"{busy} of {len(self.members)} busy" + (f", {starting} starting" if starting else "")
                                 if self.members else "the pool is starting")
-                        raise NoFreeInstance(f"no free instance in pool '{self.name}' ({what})", self._retry_after())
+                        raise NoFreeInstance(f"no free instance in pool '{self.name}' ({what}){self._why_not()}",
+                                             self._retry_after())
                     self.cond.wait(min(left, 1.0))
                     continue
                 now = time.time()
@@ -495,13 +504,41 @@ class Pool:
 
     def _check_pristine(self, m: Member) -> list[str]:
         """Why the member may not be handed out: its sites' probes (waited for, as a site may still be
-        settling) and every site's fingerprint (one pass)."""
+        settling) and the fingerprint of every site that may have changed since it was last verified (one pass)."""
         ok, bad = wait_for(lambda: (not (p := m.lab.problems(list(m.sites))), p),
                            timeout=self.health_timeout, cancel=self.stop_event)
         if not ok:
             return list(bad) or ["not healthy"]
-        self.stats.verifications += len(m.sites)
-        return [f"{s}: {why}" for s, why in m.lab.not_pristine(list(m.sites)).items()]
+        now = m.lab.activity(list(m.sites))
+        check = self._touched(m, list(m.sites), now)
+        self.stats.verifications += len(check)
+        self.stats.verifications_skipped += len(m.sites) - len(check)
+        dirty = [f"{s}: {why}" for s, why in m.lab.not_pristine(check).items()]
+        m.seen = None if dirty else now
+        return dirty
+
+    def _touched(self, m: Member, sites: list[str], now: Any) -> list[str]:
+        """The sites of ``sites`` that may have changed since ``m.seen``: reached by anyone but envctl through the
+        proxy, or served by another copy (a heal, a restarted proxy). A read-only site (reset tier 'none') changes
+        only with its copy. Without a reading, every site."""
+        if m.seen is None or now is None:
+            return list(sites)
+        out = []
+        for site in sites:
+            read_only = m.lab.catalog.site(site).reset.tier == "none"
+            ports = m.lab.site_ports(site)
+            same = now.same_copy if read_only else now.untouched
+            if not ports or not all(same(m.seen, port) for port in ports):
+                out.append(site)
+        return out
+
+    def _why_not(self) -> str:
+        """Why the pool cannot serve, for a 503's message: what stopped it starting, members that failed to come up
+        twice or more (with their error); '' when it is only busy."""
+        failing = [f"{m.name} failed to come up {m.failures} times: {m.error}" for m in self.members.values()
+                   if m.state == BROKEN and m.failures >= 2 and m.error]
+        why = ([self.starting_error.splitlines()[0]] if self.starting_error else []) + failing
+        return ("; " + "; ".join(why))[:600] if why else ""
 
     def _retry_after(self) -> int:
         """Seconds a client should wait: about one reset, a little more while the pool is starting."""
@@ -602,24 +639,36 @@ class Pool:
             self._reclaim(m, force)
 
     def _restore(self, m: Member, always: list[str], *, tier: str | None = None) -> str:
-        """Reset ``always`` and every other site of the member that does not verify; '' when every
-        reset verified, else why not."""
-        others = [s for s in m.sites if s not in always]
+        """Reset the sites of ``always`` that may have changed since the member was last known pristine (all of
+        them for a forced ``tier``) and every other site that may have changed and does not verify; '' when every
+        reset verified, else why not. The proxy's reading taken first is what the next acquire compares with."""
+        before = m.lab.activity(list(m.sites))
+        if tier is not None:
+            m.seen = None
+        touched = self._touched(m, list(m.sites), before)
+        others = [s for s in touched if s not in always]
         try:
             self.stats.verifications += len(others)
+            self.stats.verifications_skipped += len([s for s in m.sites if s not in always and s not in others])
             dirty = list(m.lab.not_pristine(others)) if others else []
             if dirty:
                 self.log(f"pool {self.name}: {m.name}: {', '.join(dirty)} not pristine either (outside the lease); "
                          "resetting it too")
-            names = list(always) + dirty
-            if not names:
-                return ""
-            results = m.lab.reset(names, tier=tier, refill=m.lab.keeps_spares())
+            names = [s for s in always if s in touched] + dirty
+            self.stats.resets_skipped += len([s for s in always if s not in touched])
+            results = m.lab.reset(names, tier=tier, refill=m.lab.keeps_spares()) if names else []
             for r in results:
                 self.stats.reset(r.tier, r.ok, r.seconds)
-            return "; ".join(f"{r.site}: {r.error}" for r in results if not r.ok)
+            error = "; ".join(f"{r.site}: {r.error}" for r in results if not r.ok)
         except Exception as exc:  # noqa: BLE001
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        m.seen = None
+        if not error and before is not None:
+            after = m.lab.activity(list(m.sites))
+            if after is not None and after.process == before.process:
+                # requests counted up to 'before' (the reset's own are not counted), on the copies routed now
+                m.seen = type(before)(before.process, before.counts, after.routes)
+        return error
 
     def _reclaim(self, m: Member, force: bool = False) -> None:
         """Reset the instance (leased sites and whatever does not verify); free it only when all verified."""
@@ -718,7 +767,8 @@ class Pool:
                 "rejected": self.stats.rejected, "heals": dict(self.stats.heals),
                 "heal_failures": self.stats.heal_failures, "resets": resets,
                 "turnaround": {"count": len(turn), "p50_s": percentile(turn, 0.5), "p95_s": percentile(turn, 0.95)},
-                "verifications": self.stats.verifications,
+                "verifications": self.stats.verifications, "verifications_skipped": self.stats.verifications_skipped,
+                "resets_skipped": self.stats.resets_skipped, "fingerprints": fingerprints_computed(),
                 "nodes": self._nodes_summary(),
                 "failing": {m.name: m.error for m in list(self.members.values()) if m.state == BROKEN and m.error},
                 "max_lease": self.max_lease,

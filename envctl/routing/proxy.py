@@ -41,6 +41,10 @@ from envctl.locks import state_dir
 from envctl.routing.table import Route, RoutingTable
 
 BACKEND_HEADER = "X-Envctl-Backend"
+# envctl's own requests to a site (probes, HTTP logins, login checks) carry a token derived from the proxy's own in
+# this header; the proxy counts every other request per public port (``activity``), so a pool knows whether anyone
+# reached a site since it was verified, and removes the header before the site sees the request
+OWN_HEADER = "X-Envctl-Own"
 
 
 PROXY_DIR = "/etc/envctl"  # the config, the routing table and the CLI sockets, inside the proxy container
@@ -100,6 +104,13 @@ defaults
 """
 
 
+def own_token(token: str) -> str:
+    """The value of :data:`OWN_HEADER` for the proxy whose control token is ``token`` (it does not give control)."""
+    import hashlib
+
+    return hashlib.sha256(f"{token}:own".encode()).hexdigest()[:32]
+
+
 def render(state: RoutingTable, ports: list[int], token: str, *, servers: bool = True) -> str:
     """HAProxy's config for ``state``; without ``servers``, only its shape (what a route change keeps).
     Every frontend first passes a request carrying ``token`` to the control service and refuses one
@@ -120,6 +131,11 @@ def render(state: RoutingTable, ports: list[int], token: str, *, servers: bool =
             continue
         if r.allow and not _ALLOW.match(r.allow):
             raise EnvctlError(f"refusing the backend pattern {r.allow!r} for port {port}")
+        # requests that are not envctl's own, counted per port (the frontend's table: one key, its port)
+        out.append(f"  acl envctl_own req.hdr({OWN_HEADER}) -m str {own_token(token)}\n"
+                   "  stick-table type integer size 1 store http_req_cnt\n"
+                   "  http-request track-sc1 dst_port unless envctl_own\n"
+                   f"  http-request del-header {OWN_HEADER}")
         out.append("  http-request set-header X-Real-IP %[src]\n  http-request set-header X-Forwarded-Proto http\n"
                    "  http-request lua.envctl_hold unless { req.hdr(x-envctl-backend) -m found }")
         if r.allow:
@@ -445,6 +461,43 @@ def addressed(ctl: Control, keys: dict[str, str]) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class Activity:
+    """What reached an instance's sites through its proxy: the live HAProxy process (``process``: its pid and start
+    time; a restart or reload starts the counts again) and, per public port, how many requests that were not
+    envctl's own it has passed (``counts``) and the member routed there (``routes``)."""
+
+    process: str
+    counts: dict[str, int]
+    routes: dict[str, str]
+
+    def untouched(self, since: "Activity", port: str) -> bool:
+        """Whether nothing but envctl reached ``port`` between ``since`` and this reading, on the same copy."""
+        return (self.process == since.process and port in self.counts and self.counts[port] == since.counts.get(port)
+                and self.routes.get(port) == since.routes.get(port))
+
+    def same_copy(self, since: "Activity", port: str) -> bool:
+        """Whether the same copy serves ``port`` as at ``since``, in the same proxy process (reads aside)."""
+        return self.process == since.process and bool(self.routes.get(port)) and \
+            self.routes.get(port) == since.routes.get(port)
+
+
+def activity(ctl: Control, ports: list[int]) -> Activity:
+    """The proxy's request counts and routes for ``ports`` (two requests: the runtime API, the table)."""
+    cmds = ["show info"] + [f"show table p{int(p)}" for p in sorted(ports)]
+    text = command(ctl, "; ".join(cmds))
+    info = dict(re.findall(r"^(Pid|Start_time_sec): (\S+)$", text, re.M))
+    counts = {m.group(1)[1:]: int(m.group(2)) for m in re.finditer(
+        r"^# table: (p[0-9]+),.*\n(?:0x[0-9a-f]+: key=[0-9]+ .*http_req_cnt=([0-9]+))?", text, re.M)
+        if m.group(2) is not None}
+    for p in ports:  # a port no request reached yet has an empty table
+        if f"# table: p{int(p)}," in text:
+            counts.setdefault(str(int(p)), 0)
+    table = load(ctl)
+    routes = {str(int(p)): table.routes.by_port[str(int(p))].backend for p in ports if str(int(p)) in table.routes.by_port}
+    return Activity(f"{info.get('Pid', '?')}@{info.get('Start_time_sec', '?')}", counts, routes)
+
+
 def retire(ctl: Control, names: list[str], timeout: float = 30.0) -> list[str]:
     """Before ``names`` (members) are removed: wait until the proxy has no request in flight on them
     (they are drained: no new ones arrive), then drop them from the live proxy; returns any still busy
@@ -510,4 +563,4 @@ def spec(settings: InstanceSettings, ports: list[int], state: RoutingTable, imag
 
 __all__ = ["Route", "Control", "ProxyUnreachable", "locate", "known", "load", "apply", "settle", "refresh", "retire",
            "hold", "addressed", "spec", "forget", "remember", "control_cache", "command", "control_url", "render",
-           "BACKEND_HEADER", "proxy_name"]
+           "BACKEND_HEADER", "OWN_HEADER", "own_token", "Activity", "activity", "proxy_name"]

@@ -47,7 +47,7 @@ def renew(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | N
     table = table or inst.table()
     up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login)
     target = Target(inst.catalog, inst.settings.deployment, Path(out_dir or logins.auth_dir), inst.flavor, up,
-                    tuple(sorted((headers or {}).items())))
+                    tuple(sorted({**inst.own_headers(), **(headers or {})}.items())))
     login_sites(target, with_login, http=True)
 
 
@@ -105,7 +105,7 @@ def file_problem(inst: Instance, path: Path, headers: dict[str, str] | None = No
     specs = [ProbeSpec.of(inst.catalog, s, inst.settings.deployment) for s in combo_of(path.name)
              if s in inst.catalog.sites and inst.catalog.site(s).login is not None]
     try:
-        problems = probe_state(specs, path, headers, timeout=15)
+        problems = probe_state(specs, path, {**inst.own_headers(), **(headers or {})}, timeout=15)
     except (OSError, ValueError) as exc:
         return f"{path.name}: unreadable ({exc})"
     return "; ".join(problems)

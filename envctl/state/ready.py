@@ -26,7 +26,7 @@ from envctl.errors import DockerError, EnvctlError, LoginFailed, NoBrowser, NotR
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch
 from envctl.instance import Instance, ready_role
 from envctl.locks import Busy, locked, one_of
-from envctl.routing.table import GOLDEN, SNAPSHOT
+from envctl.routing.table import GOLDEN, SNAPSHOT, RoutingTable
 from envctl.state import capacity, snapshots, workers
 from envctl.state import logins as login_state
 from envctl.state.logins import Logins
@@ -120,13 +120,43 @@ def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress:
     return copy
 
 
+def remove_strays(inst: Instance, site: str, table: RoutingTable, *, holding: bool = False) -> list[Copy]:
+    """Remove copies of ``site`` that are neither active nor ready; returns them. A copy still booting
+    is kept while its booter holds the site's ready lock (unless the caller holds it: ``holding``), and an
+    active-role one while 'up' holds the site's boot lock (a booter killed mid-way leaves one that the next
+    cleanup removes)."""
+    keep = {table.routes.active.get(site)} | set(table.ready.all_slots(site))
+    booting: bool | None = False if holding else None
+    activating: bool | None = None
+    removed = []
+    for (_, slot), c in inst.copies(site).items():
+        if slot in keep:
+            continue
+        roles = c.roles
+        if roles & {"spare", "warm"}:
+            if booting is None:
+                booting = inst.held(inst.ready_lock(site))
+            if booting:
+                continue
+        if "active" in roles:  # perhaps the copy an 'up' (repair) is booting, not yet routed
+            if activating is None:
+                activating = inst.held(inst.boot_lock(site))
+            if activating:
+                continue
+        # A copy a route just left is drained: it takes no new request; let those in flight end.
+        inst.retire(c.names)
+        inst.remove_copy(c)
+        removed.append(c)
+    return removed
+
+
 def cleanup(inst: Instance, logins: Logins, site: str, *, holding: bool = False) -> list[str]:
     """Remove copies that are neither active nor ready (dirty ones, leftovers of a killed boot); their slots.
     ``holding``: the caller holds the site's ready lock (no other process can be booting a ready copy of it)."""
     table = inst.table()
     if not table.routes.active and not table.routes.by_port:
         return []  # no live routing table: nothing can be told apart
-    removed = inst.remove_strays(site, table, holding=holding)
+    removed = remove_strays(inst, site, table, holding=holding)
     for c in removed:
         login_state.drop_staged(logins, site, c.slot)
     return [c.slot for c in removed]

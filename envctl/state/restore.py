@@ -1,10 +1,13 @@
 """``snapshot restore``: make a site's state a named snapshot's, verified by the snapshot's fingerprint.
 
 The fastest path routes a warm copy (a ready copy of source ``snapshot:NAME``, :mod:`envctl.state.ready`): a
-route flip. Without one, a copy is booted from the snapshot's images (the cold path) and routed the same way.
-Either way the routed copy passes its probes on the public URL and matches the fingerprint the images are
-labelled with; the login files are made valid for it (:func:`envctl.state.logins.after_restore`); the
-replaced copy is removed and the next warm copy booted by the refill worker.
+route flip. Without one, a site with in-place steps that can tell whether the routed copy holds the snapshot's
+saved state (``reset.inplace.has``; saved there by ``snapshot create``) has it restored inside that copy, requests
+held meanwhile (the in-place path). Else a copy is booted from the snapshot's images (the cold path) and routed
+the same way. Every path ends with the routed copy passing its probes on the public URL and matching the
+fingerprint the images are labelled with (a path that does not falls through to the next); the login files are
+made valid for it (:func:`envctl.state.logins.after_restore`); a replaced copy is removed and the next warm copy
+booted by the refill worker.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Callable
 
 from envctl.backends.base import Copy
 from envctl.errors import ResetFailed
+from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.instance import Instance, ready_role
 from envctl.locks import locked
 from envctl.routing.table import snapshot_source
@@ -36,6 +40,7 @@ class Restored:
     fingerprint: str
     login: str  # kept | stash | renewed | none
     phases: dict[str, float] = field(default_factory=dict)
+    how: str = ""  # warm (a warm copy routed) | in place (restored inside the running copy) | cold (a copy booted)
 
 
 def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Progress = _noop, *,
@@ -51,12 +56,15 @@ def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Prog
         taken = inst.take_ready(site, source)
         phases["swap"] = time.monotonic() - t
         copy = taken[1] if taken else None
-        warm = copy is not None
+        warm, how = copy is not None, "warm" if copy is not None else "cold"
         if copy is not None:
             why = verified(inst, copy, expected, phases, fingerprint=expected is not None)
             if why:
                 progress(site, "escalate", f"the warm copy did not verify ({why}); booting a new one")
                 copy, warm = None, False
+        if copy is None and expected is not None:
+            copy = _in_place(inst, site, name, expected, phases, progress)
+            how = "in place" if copy is not None else "cold"
         if copy is None:
             t = time.monotonic()
             # Booted under the ready lock, so no cleanup takes it for a stray before it is routed; a worker
@@ -82,7 +90,31 @@ def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Prog
         ready.spawn(inst, logins, [site])
     else:
         ready.refill(inst, logins, site, progress, wait=True, sources=[source])
-    return Restored(copy, warm, digest, login, phases)
+    return Restored(copy, warm, digest, login, phases, how)
+
+
+def _in_place(inst: Instance, site: str, name: str, expected: Fingerprint, phases: dict[str, float],
+              progress: Progress) -> Copy | None:
+    """Restore snapshot ``name`` inside the routed copy when it holds the snapshot's saved state (the site's in-place
+    steps; requests held meanwhile), verified by the snapshot's fingerprint; None when it cannot (the caller boots a
+    copy)."""
+    inplace = inst.catalog.site(site).reset.inplace
+    copy = inst.active_copy(site, inst.table())
+    if inplace is None or not inplace.has or copy is None:
+        return None
+    state = snapshots.saved_state(name)
+    t = time.monotonic()
+    if not inst.has_saved(copy, state):
+        return None
+    progress(site, "restore", f"restoring '{name}' inside the running copy")
+    with inst.hold(site):
+        inst.run_steps(copy, inplace.restore, "restore", progress=progress, state=state)
+    phases["inplace"] = time.monotonic() - t
+    why = verified(inst, copy, expected, phases, fingerprint=True)
+    if why:
+        progress(site, "escalate", f"the in-place restore did not verify ({why}); booting a copy")
+        return None
+    return copy
 
 
 __all__ = ["restore", "Restored"]

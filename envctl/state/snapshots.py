@@ -98,6 +98,23 @@ def validate_name(name: str) -> str:
     return name
 
 
+def saved_state(name: str) -> str:
+    """The name snapshot ``name`` is saved under inside a copy (an in-place ``{state}``: an SQL identifier)."""
+    return f"snap_{re.sub(r'[^a-z0-9_]', '_', name)[:24]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def save_in_place(inst: Instance, copy: Copy, name: str, progress: Callable[[str, str, str], None]) -> bool:
+    """Save the routed ``copy``'s state inside it as snapshot ``name`` (the site's in-place steps, requests held
+    meanwhile), so that a restore without a warm copy can put it back in place; False when the site cannot."""
+    inplace = inst.catalog.site(copy.site).reset.inplace
+    if inplace is None or not inplace.has:
+        return False
+    progress(copy.site, "snapshot", "saving the state inside the copy too (an in-place restore)")
+    with inst.hold(copy.site):
+        inst.save_inplace(copy, progress, state=saved_state(name))
+    return True
+
+
 def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
     validate_name(name)
     return {svc: _tag("envctl-snap", site, svc, f"{inst.name}-{name}")
@@ -143,6 +160,9 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     tags = snapshot_tags(inst, site, name)
     timings: dict[str, float] = {}
     why = "clean stop asked for" if clean_stop else needs_clean_stop(inst, site)
+    t = time.monotonic()
+    if save_in_place(inst, copy, name, progress):  # before the commit: copies booted from the snapshot hold it too
+        timings["save"] = time.monotonic() - t
     t = time.monotonic()
     fp = inst.fingerprint(copy)
     timings["fingerprint"] = time.monotonic() - t

@@ -11,14 +11,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from envctl.backends.base import Copy
-from envctl.errors import EnvctlError
+from envctl.backends.base import Copy, InstanceSettings
+from envctl.catalog import Catalog
+from envctl.errors import EnvctlError, ImageMissing
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.healthchecks.wait import Cancelled
 from envctl.instance import Instance
 from envctl.locks import Busy, locked
 from envctl.routing.table import GOLDEN
-from envctl.state import capacity, snapshots
+from envctl.state import capacity, ready, snapshots
 
 Progress = Callable[[str, str, str], None]
 
@@ -91,7 +92,7 @@ def _boot_active(inst: Instance, name: str, progress: Progress, timings: dict[st
     # and so is one a worker is booting right now: it holds the site's ready lock (and cleans up itself).
     try:
         with locked(inst.ready_lock(name), wait=False):
-            inst.remove_strays(name, inst.table())
+            ready.remove_strays(inst, name, inst.table())
     except Busy:
         pass
     images, golden = snapshots.golden_images(inst, name)
@@ -142,3 +143,32 @@ def spares_wanted(inst: Instance, names: list[str], spares: int | None) -> tuple
 
 
 __all__ = ["SiteResult", "ensure_site", "record_pristine", "spares_wanted"]
+
+
+def choose_flavor(catalog: Catalog, instance: str, sites: list[str]) -> tuple[str, str]:
+    """The flavor a new instance of ``sites`` gets when none is given, and why: the full flavor when its images are
+    all here, else the first of mini and slim whose images are; the full flavor when none is complete ('up' then
+    names what to get)."""
+    for f in [f for f in ("full", "mini", "slim") if f in catalog.flavors()]:
+        mine = [n for n in sites if f in catalog.site(n).flavors]
+        probe = Instance(catalog, InstanceSettings(instance, f, backend=Instance.backend_kind()))
+        if mine and not probe.missing_images(mine):
+            if f == "full":
+                return f, "the full flavor's images are here"
+            return f, "its images are here and the full flavor's are not ('envctl images get' fetches them)"
+    return "full", "no flavor has all its images here; the full flavor is the benchmark's"
+
+
+def check_images(inst: Instance, sites: list[str]) -> None:
+    """ImageMissing, in one line naming the command that gets or builds them, unless every image of ``sites`` (in
+    the instance's flavor) is on the backend."""
+    missing = inst.missing_images(sites)
+    if not missing:
+        return
+    names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
+    flavor = f" --flavor {inst.flavor}" if inst.flavor != "full" else ""
+    if all(build for _, _, build in missing):
+        hint = f"build them with 'envctl images build --flavor {inst.flavor}'"
+    else:
+        hint = f"get them with 'envctl images get{flavor} " + " ".join(sorted({s for s, _, _ in missing})) + "'"
+    raise ImageMissing(f"missing images: {names}", hint)
