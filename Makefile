@@ -61,6 +61,7 @@ bench: images
 	$(VENV)/bin/python bench/proxy_flip.py
 	$(VENV)/bin/python bench/full_reset.py
 	$(VENV)/bin/python bench/leases.py
+	$(VENV)/bin/python bench/turnaround.py
 	$(VENV)/bin/python bench/study.py
 	$(VENV)/bin/python bench/density.py
 

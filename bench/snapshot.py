@@ -5,7 +5,8 @@ of the create, how long the site was frozen, failed requests and the slowest ans
 (goal: no failed request). Baseline in the same run: the clean stop (``--clean-stop``, how every
 snapshot was taken before).
 
-Restore: ``snapshot restore`` with a warm copy ready (goal <= 2 s) and without one (cold: boot from
+Restore: ``snapshot restore`` with a warm copy ready (goal <= 2 s), without one in the copy that took the snapshot
+(in place: its saved state put back inside it; goal <= 1 s) and without one in another copy (cold: boot from
 the images), against recreating the same state by replaying the actions that made it (a recreate
 from the golden image, then the same writes through the site's forms), measured in the same run.
 
@@ -149,9 +150,19 @@ def main() -> int:
             for k, v in r.timings.items():
                 phases.setdefault(k, []).append(v)
             refill.append(wait_warm(lab, "bench-warm"))
-        for _ in range(args.n):
+        inplace: list[float] = []
+        for _ in range(args.n):  # the routed copy took the snapshot: restored inside it
             writes(base, [f"dirt {uuid.uuid4().hex[:6]}"])
             r = lab.snapshot_restore(SITE, "bench-cold", background=False)
+            if r.method != "in place":
+                raise SystemExit(f"expected an in-place restore, got {r.method}")
+            inplace.append(r.seconds)
+        for _ in range(args.n):  # a copy booted from the golden does not hold it: booted from its images
+            lab.reset([SITE], tier="recreate", refill=False)
+            writes(base, [f"dirt {uuid.uuid4().hex[:6]}"])
+            r = lab.snapshot_restore(SITE, "bench-cold", background=False)
+            if r.method != "cold":
+                raise SystemExit(f"expected a cold restore, got {r.method}")
             cold.append(r.seconds)
         expected = lab.verify(SITE).actual
         for _ in range(args.n):
@@ -182,13 +193,15 @@ def main() -> int:
 
     out["create"] = {"freeze": agg(live), "clean_stop": agg(stop)}
     med = statistics.median
-    out["restore"] = {"warm_p50": med(warm), "warm_max": max(warm), "cold_p50": med(cold),
+    out["restore"] = {"warm_p50": med(warm), "warm_max": max(warm), "cold_p50": med(cold), "inplace_p50": med(inplace),
+                      "inplace_max": max(inplace),
                       "replay_p50": med(replay), "warm_refill_p50": med(refill),
                       "warm_phases_p50": {k: med(v) for k, v in phases.items()}}
     out["loadavg_1min"] = {"start": load0, "end": os.getloadavg()[0]}
     out["ratios"] = {
         "create_stop_over_freeze": out["create"]["clean_stop"]["seconds_p50"] / out["create"]["freeze"]["seconds_p50"],
         "restore_cold_over_warm": med(cold) / med(warm),
+        "restore_cold_over_inplace": med(cold) / med(inplace),
         "restore_replay_over_warm": med(replay) / med(warm),
     }
     out["goals"] = {"no_failed_request_during_create": out["create"]["freeze"]["failed"] == 0,
@@ -209,7 +222,10 @@ def main() -> int:
     print("--- | --- | ---")
     print(f"warm copy swapped in | {r['warm_p50']:.2f} (max {r['warm_max']:.2f}; "
           + ", ".join(f"{k} {v:.2f}" for k, v in r["warm_phases_p50"].items()) + ") | 1.0x")
-    print(f"cold: boot from the images | {r['cold_p50']:.2f} | {out['ratios']['restore_cold_over_warm']:.1f}x")
+    print(f"in place: inside the copy that took it (no warm copy) | {r['inplace_p50']:.2f} (max {r['inplace_max']:.2f}) | "
+          f"{r['inplace_p50'] / r['warm_p50']:.1f}x")
+    print(f"cold: boot from the images | {r['cold_p50']:.2f} | {out['ratios']['restore_cold_over_warm']:.1f}x "
+          f"({out['ratios']['restore_cold_over_inplace']:.1f}x in place)")
     print(f"replay: recreate + the same {args.writes} writes | {r['replay_p50']:.2f} | "
           f"{out['ratios']['restore_replay_over_warm']:.1f}x")
     print(f"\nnext warm copy ready after a restore (background): {r['warm_refill_p50']:.2f}s p50")

@@ -143,6 +143,10 @@ class Instance:
             return why
         return "" if self.has_table() else "front proxy gone"
 
+    def oom_kills(self, since: float, until: float | None = None) -> list[tuple[str, str, float]]:
+        """Copies' members the kernel killed for their memory limit since ``since`` (Unix time): (site, member, when)."""
+        return self.backend.oom_kills(self.settings, since, time.time() if until is None else until)
+
     @staticmethod
     def node_states() -> dict[str, str]:
         """The backend's nodes and their states ({} on one machine)."""

@@ -56,6 +56,10 @@ def engine_memory() -> Any:
     return measure()
 
 
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
 def _asdict(obj: Any) -> dict[str, Any]:
     return asdict(obj)
 
@@ -106,6 +110,7 @@ class SiteStatus:
     spares_ready: int
     spares_wanted: int = 0  # what the site keeps: the catalog's want when the capacity plan decides it
     spares_note: str = ""  # why it gets fewer than it wants (the capacity plan's reason), else ""
+    oom_kills: list[str] = field(default_factory=list)  # its copies killed by their memory limit (the last day)
 
 
 @dataclass
@@ -570,6 +575,10 @@ class Lab:
         inst = self.running()
         table = inst.table()
         copies = inst.copies()
+        try:
+            kills = inst.oom_kills(time.time() - 86400)
+        except EnvctlError:
+            kills = []
         rows = []
         for site_name in self.catalog.sites:
             slots = [slot for (s, slot) in copies if s == site_name]
@@ -592,7 +601,9 @@ class Lab:
             note = str(planned.get("why") or "") if capacity.short(table, site_name) else ""
             rows.append(SiteStatus(site_name, inst.settings.deployment.url(site) + site.url_path, inst.flavor, ok,
                                    [p.to_dict() for p in probes], containers, len(table.ready.spares(site_name)),
-                                   int(planned.get("wanted", table.ready.want(site_name, GOLDEN))), note))
+                                   int(planned.get("wanted", table.ready.want(site_name, GOLDEN))), note,
+                                   [f"{member} killed by its memory limit (out of memory) at {_clock(when)}"
+                                    for site, member, when in kills if site == site_name]))
         s = inst.settings
         rec = table.lease.data
         lease: dict[str, Any] = {k: rec[k] for k in ("pool", "state", "holder", "sites", "expires", "max_seconds")
@@ -685,6 +696,13 @@ class Lab:
         if inst is None:
             return "instance removed"
         return inst.problem()
+
+    def oom_kills(self, since: float, until: float | None = None) -> list[tuple[str, str, float]]:
+        """Site copies killed by their memory limit since ``since`` (Unix time): (site, member, when); [] unknown."""
+        try:
+            return self.running().oom_kills(since, until)
+        except EnvctlError:
+            return []
 
     @staticmethod
     def nodes() -> dict[str, str]:

@@ -245,6 +245,11 @@ class Backend(ABC):
     def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
         """Run argv inside ``member`` (wherever it runs); (exit code, output)."""
 
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        """Members of the instance the kernel killed for their memory limit between ``since`` and ``until`` (Unix
+        times): (site, member name, when). [] where the backend cannot tell."""
+        return []
+
     def died(self, copy: Copy) -> str:
         """Why ``copy`` cannot become healthy any more ('' while it may: the default, for a backend that restarts)."""
         return ""

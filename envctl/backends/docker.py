@@ -248,6 +248,23 @@ class Engine:
         except ValueError:
             raise DockerError(f"'docker {what or ' '.join(args[:3])}' printed no JSON: {out.stdout[:200]}") from None
 
+    def oom_events(self, labels: dict[str, str], since: float, until: float) -> list[tuple[dict[str, str], float]]:
+        """The containers with ``labels`` the kernel killed for their memory limit between ``since`` and ``until``
+        (Unix times; the engine keeps recent events): (their labels, when)."""
+        args = ["events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--filter", "type=container",
+                "--filter", "event=oom", "--format", "{{json .}}"]
+        for k, v in labels.items():
+            args += ["--filter", f"label={k}={v}"]
+        out = []
+        for line in self.run_cli(args, what="events").splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            attrs = (ev.get("Actor") or {}).get("Attributes") or {}
+            out.append(({k: str(v) for k, v in attrs.items()}, float(ev.get("timeNano", 0)) / 1e9 or float(ev.get("time", 0))))
+        return out
+
     def ping(self, timeout: float = 5.0) -> bool:
         """Whether the engine answers at all within ``timeout`` seconds."""
         try:

@@ -94,6 +94,10 @@ class LocalBackend(Backend):
             self.remove([s.name for s in spec.services])  # by the names it was given
             raise
 
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        return [(lab.get("envctl.site", ""), lab.get("name", ""), t)
+                for lab, t in self.engine.oom_events({"envctl.instance": settings.name}, since, until)]
+
     def died(self, copy: Copy) -> str:
         """Why ``copy`` cannot become healthy any more, or '' while every member runs."""
         for svc, m in copy.members.items():

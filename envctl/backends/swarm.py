@@ -177,6 +177,13 @@ class SwarmBackend(Backend):
                 self._engines[url] = Engine(url, timeout=self.manager.timeout)
             return self._engines[url]
 
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        node = self.nodes().get(settings.node)
+        if node is None or node.state != "ready":  # a lost node's engine would hold the call (problem() says why)
+            return []
+        return [(lab.get("envctl.site", ""), lab.get("com.docker.swarm.service.name", lab.get("name", "")), t)
+                for lab, t in self.engine(settings.node).oom_events({"envctl.instance": settings.name}, since, until)]
+
     def node_states(self) -> dict[str, str]:
         return {n.hostname: (n.state if n.state != "ready" else "drain" if n.availability == "drain" else "ready")
                 for n in self.nodes().values()}
@@ -641,6 +648,8 @@ class SwarmBackend(Backend):
             volume = f"{name}-{labels.get('envctl.control', '')[:12]}"
             try:
                 eng = self.engine(labels["envctl.node"])
+                if not eng.ping(timeout=3):  # a dead node's engine would hold this call for its TCP timeout
+                    return  # 'down --volumes' removes the volume when the node is back
                 for _ in attempts(20, cap=0.5):  # the task's container goes a moment after the service
                     if not eng.remove_volumes([volume]):
                         break

@@ -113,6 +113,8 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
     for s in st.sites:
         if s.spares_note:  # the capacity plan gave it fewer spares than the catalog wants
             click.echo(f"fewer spares: {s.spares_note}")
+        for kill in s.oom_kills:
+            click.echo(f"{s.site}: {kill}")
     if st.lease:
         left = float(st.lease.get("expires", 0) or 0) - time.time()
         click.echo(f"lease: {st.lease.get('state')} in pool {st.lease.get('pool')}"

@@ -118,12 +118,17 @@ class Lease:
     auth_note: str | None = None  # why ``auth`` is empty (no browser where the pool runs)
     max_seconds: float | None = None  # the watchdog reclaims the lease this long after it was acquired
     lost: str | None = field(default=None, repr=False, compare=False)  # set by the heartbeat thread
+    # what happened to the leased sites while held (a site healed, a copy killed for memory), as the pool said at
+    # the last heartbeat: the lease goes on, but the holder's work on that site may be gone
+    notices: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in ("host", "auth_note", "max_seconds", "lost"):
             if d[k] is None:
                 del d[k]
+        if not d["notices"]:
+            del d["notices"]
         d["expires_at"] = _iso(self.expires)
         return d
 
@@ -257,7 +262,8 @@ def held(client: LeaseClient, sites: list[str] | None = None, *, ttl: float = DE
         nonlocal last_ok
         while not stop.wait(max(0.5, float(lease.ttl) / 3)):
             try:
-                client.heartbeat(lease.id)
+                row = client.heartbeat(lease.id)
+                lease.notices = list(row.get("notices") or []) if isinstance(row, dict) else lease.notices
                 last_ok = time.monotonic()
             except (LeaseLost, NoSuchLease) as exc:
                 lease.lost = exc.why if isinstance(exc, LeaseLost) else str(exc)

@@ -29,12 +29,10 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from envctl.auth import login_combos, state_name
-from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, UsageError
 from envctl.healthchecks.wait import wait_for
 from envctl.leases.client import (DEFAULT_TTL, Lease, LeaseLost, NoFreeInstance, NoSuchLease, _iso,
@@ -42,104 +40,9 @@ from envctl.leases.client import (DEFAULT_TTL, Lease, LeaseLost, NoFreeInstance,
 from envctl.leases.metrics import Stats, fingerprints_computed, percentile, prometheus
 from envctl.validate import validate_instance_name
 
-STARTING, FREE, LEASED, RELEASING, BROKEN = "starting", "free", "leased", "releasing", "broken"
-FULL_RESET_WAIT = 600.0  # BrowserGym's own limit for a full reset
-ENDED_KEPT = 1000  # ended lease ids remembered, so their holders get 409 and why, not 404
-RECORD_KEYS = ("id", "holder", "sites", "acquired", "expires", "ttl", "max_seconds")
-
-
-class Conflict(EnvctlError):
-    """Another process changed an instance's lease record first."""
-
-
-class PoolLab(Protocol):
-    """What the pool uses of a member (an :class:`envctl.lab.Lab`)."""
-
-    instance: str
-    catalog: Catalog
-    auth_dir: Path
-
-    def harness(self, sites: list[str] | None = ..., full_reset: str | None = ...) -> dict[str, str]: ...
-
-    def login(self, sites: list[str] | None = ..., *, max_age: float | None = ...) -> dict[str, Path]: ...
-
-    def reset(self, sites: list[str] | None = ..., *, tier: str | None = ..., refill: bool = ...) -> list[Any]: ...
-
-    def probe_site(self, site: str) -> tuple[bool, str]: ...
-
-    def activity(self, sites: list[str]) -> Any: ...
-
-    def site_ports(self, site: str) -> list[str]: ...
-
-    def problems(self, sites: list[str]) -> list[str]: ...
-
-    def not_pristine(self, sites: list[str]) -> dict[str, str]: ...
-
-    def keeps_spares(self) -> bool: ...
-
-    def spares_ready(self) -> dict[str, int]: ...
-
-    def present(self) -> bool: ...
-
-    def node(self) -> str: ...
-
-    def lost(self) -> str: ...
-
-    def down(self) -> Any: ...
-
-    @staticmethod
-    def nodes() -> dict[str, str]: ...
-
-
-@dataclass
-class Member:
-    """One instance of the pool, as the server tracks it (its record is mirrored in the store)."""
-
-    name: str
-    lab: Any  # PoolLab
-    state: str = STARTING
-    lease: dict[str, Any] = field(default_factory=dict)  # RECORD_KEYS
-    sites: list[str] = field(default_factory=list)  # sites up
-    error: str = ""
-    retry_at: float = 0.0
-    auth_at: float = 0.0  # when its login files were last (re)written by us
-    failing: dict[str, float] = field(default_factory=dict)  # site -> first failing probe (monotonic)
-    healing: set[str] = field(default_factory=set)
-    resetting: bool = False  # a lease's own (BrowserGym) reset is running
-    reset_done: threading.Event = field(default_factory=threading.Event)
-    reset_error: str = ""
-    released_at: float = 0.0  # monotonic: when its last release began (turnaround figures)
-    node: str = ""  # the node it runs on (a swarm), '' on this machine
-    failures: int = 0  # times in a row it failed to come up
-    # the proxy's reading (requests per port, routes) at which every site was last known pristine: a site nothing
-    # but envctl reached since, on the same copy, is not verified again (None: verify every site)
-    seen: Any = None
-
-    def record(self, pool: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"pool": pool, "state": self.state if self.state != STARTING else FREE}
-        if self.lease:
-            out.update({k: self.lease[k] for k in RECORD_KEYS if k in self.lease})
-        return out
-
-
-class MemberStore(Protocol):
-    """Where a pool's members are: their names, how they come up, and their lease records."""
-
-    def names(self, pool: str) -> list[str]: ...
-
-    def make(self, name: str) -> PoolLab: ...
-
-    def target(self, m: Member) -> list[str]:
-        """The sites the member should run."""
-
-    def bring_up(self, pool: "Pool", members: list[Member]) -> None:
-        """(Re)start ``members`` (side by side); each ends adopted by the pool, or broken with its error."""
-
-    def claim(self, m: Member, pool: str) -> tuple[dict[str, Any], list[str]]:
-        """The member's lease record (made ``{pool, free}`` when it has none) and the sites it runs."""
-
-    def store(self, m: Member, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None) -> None:
-        """Write the record; with ``expect``, only if the stored one passes it (else :class:`Conflict`)."""
+from envctl.leases.states import (BROKEN, ENDED_KEPT, FREE, FULL_RESET_WAIT, LEASED, RECORD_KEYS,  # noqa: F401
+                                  RELEASING, STARTING, Conflict, Member, MemberStore, PoolLab)
+from envctl.leases.watch import Watch
 
 
 def say_stderr(message: str) -> None:
@@ -147,7 +50,7 @@ def say_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-class Pool:
+class Pool(Watch):
     """A pool of instances handed out by lease, its members kept by ``store``."""
 
     def __init__(self, name: str, store: MemberStore, *, heal_after: float = 60.0, probe_interval: float = 2.0,
@@ -330,6 +233,7 @@ class Pool:
                 for m in members:
                     if m.state in (LEASED, FREE):
                         try:
+                            self._watch_oom(m)
                             self._probe(m)
                         except Exception as exc:  # noqa: BLE001 - the engine hiccuped; next round
                             self.log(f"pool {self.name}: probing {m.name} failed: {exc}")
@@ -341,78 +245,6 @@ class Pool:
             self.ended[lease_id] = why
             while len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
-
-    def _watch_nodes(self, members: list[Member]) -> None:
-        """Count nodes going down (a pool on a swarm): each ready -> down transition is a node loss."""
-        if not members or not any(m.node for m in members):
-            return
-        try:
-            states = members[0].lab.nodes()
-        except EnvctlError:
-            return
-        for node, state in states.items():
-            if state == "down" and self.node_states.get(node) == "ready":
-                self.stats.node_losses += 1
-                self.log(f"pool {self.name}: node {node} is down")
-        self.node_states = states
-
-    def _probe(self, m: Member) -> None:
-        for site in list(m.sites):
-            if site in m.healing:
-                continue
-            ok, why = m.lab.probe_site(site)
-            if ok:
-                m.failing.pop(site, None)
-                continue
-            lost = m.lab.lost()
-            if lost:
-                self._lose(m, lost)
-                return
-            since = m.failing.setdefault(site, time.monotonic())
-            if time.monotonic() - since >= self.heal_after:
-                self.log(f"pool {self.name}: {m.name}/{site} failed its probes for {time.monotonic() - since:.0f}s "
-                         f"({why}); healing it (recreate)")
-                m.healing.add(site)
-                self._spawn(self._heal, m, site)
-
-    def _lose(self, m: Member, why: str) -> None:
-        """The member can no longer serve (removed, its node down or drained): its lease ends at once with why (409
-        to its holder, ``LeaseLost``), and it is brought up again (on another node, on a swarm)."""
-        with self.cond:
-            if m.state not in (LEASED, FREE):
-                return
-            if m.state == LEASED:
-                self.stats.lost += 1
-                self._end(str(m.lease.get("id", "")), f"lost: {why}")
-            m.state, m.lease, m.error, m.failing = STARTING, {}, why, {}
-            self.cond.notify_all()
-        self.log(f"pool {self.name}: {m.name} lost ({why}); bringing it up again")
-        self._spawn(self._rebuild, m)
-
-    def _rebuild(self, m: Member) -> None:
-        try:
-            m.lab.down()  # what is left of it (services of a dead node, a proxy without copies)
-        except Exception as exc:  # noqa: BLE001 - brought up again all the same
-            self.log(f"pool {self.name}: removing what was left of {m.name} failed: {exc}")
-        self.store.bring_up(self, [m])
-
-    def _heal(self, m: Member, site: str) -> None:
-        try:
-            [r] = m.lab.reset([site], tier="recreate", refill=m.lab.keeps_spares())
-            self.stats.reset(r.tier, r.ok, r.seconds)
-            if r.ok:
-                self.stats.heals[site] = self.stats.heals.get(site, 0) + 1
-                m.auth_at = time.time()
-                self.log(f"pool {self.name}: healed {m.name}/{site} in {r.seconds:.1f}s (URLs unchanged)")
-            else:
-                self.stats.heal_failures += 1
-                self.log(f"pool {self.name}: healing {m.name}/{site} failed: {r.error}")
-        except Exception as exc:  # noqa: BLE001
-            self.stats.heal_failures += 1
-            self.log(f"pool {self.name}: healing {m.name}/{site} failed: {exc}")
-        finally:
-            m.failing.pop(site, None)
-            m.healing.discard(site)
 
     # -- leasing ---------------------------------------------------------------------------------
     def _targets(self) -> set[str]:
@@ -735,6 +567,8 @@ class Pool:
                         "seconds_left": round(float(m.lease.get("expires", 0)) - time.time(), 1)})
             if m.lease.get("max_seconds"):
                 row["max_seconds"] = m.lease["max_seconds"]
+            if m.lease.get("notices"):  # what happened to the holder's sites (healed, killed for memory)
+                row["notices"] = list(m.lease["notices"])
         return row
 
     def rows(self) -> list[dict[str, Any]]:
