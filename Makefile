@@ -60,6 +60,7 @@ bench: images
 	$(VENV)/bin/python bench/snapshot.py
 	$(VENV)/bin/python bench/full_reset.py
 	$(VENV)/bin/python bench/leases.py
+	$(VENV)/bin/python bench/swarm.py
 
 clean:
 	-$(ENVCTL) down --instance default
