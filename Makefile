@@ -64,6 +64,7 @@ bench: images
 	$(VENV)/bin/python bench/turnaround.py
 	$(VENV)/bin/python bench/study.py
 	$(VENV)/bin/python bench/density.py
+	$(VENV)/bin/python bench/swarm.py
 
 clean:
 	-$(ENVCTL) down --instance default

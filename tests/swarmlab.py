@@ -1,7 +1,8 @@
 """A throwaway multi-node Docker Swarm for tests: Docker engines running inside containers.
 
 Layout (all on the host engine, everything named ``envctl-swarmtest-*`` and labelled
-``envctl.test=swarmlab``)::
+``envctl.test=swarmlab``; a lab with a ``name`` uses ``envctl-swarmtest-<name>-*`` and
+``envctl.test=swarmlab-<name>`` instead, see "Side by side" below)::
 
     host engine
     └── bridge network envctl-swarmtest-net (172.31.250.0/24 by default)
@@ -24,12 +25,23 @@ Use::
         lab.docker("service", "create", "--name", "web", "--endpoint-mode", "dnsrr", ..., ref)
         lab.kill_node("node3"); lab.start_node("node3")
 
-Run ``python tests/swarmlab.py`` for a demo with timings. Stdlib + python_on_whales only.
+Side by side: ``SwarmLab(name="bench", subnet="172.31.251.0/24", registry_port=54800)`` is a lab of its own.
+Its containers, network and push tags are named ``envctl-swarmtest-bench-*`` (registry ``…-bench-registry``,
+nodes ``…-bench-node1``…, network ``…-bench-net``), labelled ``envctl.test=swarmlab-bench``, and its
+``cleanup_leftovers()`` removes only those (and its push tags: ports ``registry_port`` to ``registry_port`` + 199).
+The default lab (``name=""``) keeps the names above; its cleanup skips what belongs to a named lab (a name with
+one more ``-`` after the prefix, or another ``envctl.test`` value). A name is lower-case letters and digits.
+Give every lab its own ``subnet`` and ``registry_port``: two labs on one subnet are refused (overlap check).
+
+Run ``python tests/swarmlab.py [--name NAME --subnet CIDR --registry-port PORT]`` for a demo with timings.
+Stdlib + python_on_whales only.
 """
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -46,6 +58,7 @@ NODE_IMAGE = "envctl-swarmtest/node:1"
 SSH_NODE_IMAGE = "envctl-swarmtest/ssh-node:1"  # the node image with sshd and Python: a machine Ansible configures
 REGISTRY_IMAGE = "envctl-swarmtest/registry:1"
 NETWORK = PREFIX + "net"
+REGISTRY_PORTS = 200  # the push port is the first free one of registry_port .. registry_port + 199
 DEFAULT_SUBNET = "172.31.250.0/24"
 ENGINE_PORT = 2375
 
@@ -121,6 +134,29 @@ ENTRYPOINT ["/usr/bin/docker-registry", "serve", "/etc/docker/registry/config.ym
 
 class SwarmLabError(RuntimeError):
     pass
+
+
+_LAB_NAME = re.compile(r"^[a-z][a-z0-9]{0,19}$")
+
+
+def lab_prefix(name: str = "") -> str:
+    """What the lab ``name`` names its containers, network and cgroups with (``envctl-swarmtest-[<name>-]``)."""
+    if name and not _LAB_NAME.match(name):
+        raise ValueError(f"lab name {name!r}: give 1-20 lower-case letters and digits, starting with a letter")
+    return PREFIX + (f"{name}-" if name else "")
+
+
+def lab_label(name: str = "") -> str:
+    """The ``envctl.test`` label the lab ``name`` puts on what it makes (``swarmlab[-<name>]``)."""
+    lab_prefix(name)
+    return f"{LABEL_KEY}={LABEL_VALUE}" + (f"-{name}" if name else "")
+
+
+def _owned(prefix: str, thing: str) -> bool:
+    """Whether ``thing`` (a container, network or cgroup name) is the lab's of ``prefix``: its prefix and no
+    further ``-`` (``envctl-swarmtest-node1`` is the default lab's, ``envctl-swarmtest-bench-node1`` is bench's)."""
+    thing = thing.lstrip("/")
+    return thing.startswith(prefix) and "-" not in thing[len(prefix):]
 
 
 def log(msg: str) -> None:
@@ -202,7 +238,7 @@ def build_registry_image(force: bool = False) -> str:
 
 
 def _free_port(preferred: int) -> int:
-    for port in [preferred] + list(range(preferred + 1, preferred + 200)):
+    for port in range(preferred, preferred + REGISTRY_PORTS):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -212,13 +248,13 @@ def _free_port(preferred: int) -> int:
     raise SwarmLabError("no free port for the registry")
 
 
-def _subnets_in_use() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def _subnets_in_use(own: str = NETWORK) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     ids = sh(["network", "ls", "-q"]).stdout.split()
     if not ids:
         return []
     out = []
     for net in json.loads(sh(["network", "inspect"] + ids).stdout):
-        if net.get("Name") == NETWORK:
+        if net.get("Name") == own:
             continue
         for cfg in (net.get("IPAM") or {}).get("Config") or []:
             try:
@@ -257,9 +293,14 @@ class SwarmLab:
 
     def __init__(self, nodes: int = 3, managers: int = 1, subnet: str = DEFAULT_SUBNET,
                  registry_port: int = 15000, boot_timeout: float = 120, verbose: bool = True,
-                 ssh_key: str | None = None, form_swarm: bool = True) -> None:
+                 ssh_key: str | None = None, form_swarm: bool = True, name: str = "") -> None:
         if not 1 <= managers <= nodes:
             raise ValueError("need 1 <= managers <= nodes")
+        self.name = name
+        self.prefix = lab_prefix(name)  # "envctl-swarmtest-" (default) or "envctl-swarmtest-<name>-"
+        self.label = lab_label(name)  # "envctl.test=swarmlab" (default) or "envctl.test=swarmlab-<name>"
+        self.network = self.prefix + "net"
+        self.REGISTRY_CONTAINER = self.prefix + "registry"
         self.n_nodes, self.n_managers = nodes, managers
         self.subnet = ipaddress.ip_network(subnet)
         hosts = list(self.subnet.hosts())
@@ -278,11 +319,10 @@ class SwarmLab:
         self.timings: dict[str, float] = {}
 
     # ---- naming ---------------------------------------------------------------------------------------
-    @staticmethod
-    def container_name(hostname: str) -> str:
-        return PREFIX + hostname
+    def container_name(self, hostname: str) -> str:
+        return self.prefix + hostname
 
-    REGISTRY_CONTAINER = PREFIX + "registry"
+    REGISTRY_CONTAINER = PREFIX + "registry"  # the default lab's; an instance's own is set in __init__
 
     def _log(self, msg: str) -> None:
         if self.verbose:
@@ -301,26 +341,42 @@ class SwarmLab:
         self.down()
 
     # ---- lifecycle ------------------------------------------------------------------------------------
-    @staticmethod
-    def cleanup_leftovers() -> None:
-        """Remove every container/network/volume a previous (possibly killed) run left behind."""
-        ids = sh(["ps", "-aq", "--filter", f"label={LABEL}"]).stdout.split()
-        ids += sh(["ps", "-aq", "--filter", f"name=^{PREFIX}"]).stdout.split()
-        if ids:
-            sh(["rm", "-f", "-v"] + sorted(set(ids)), timeout=180, check=False)
-        if sh(["network", "inspect", NETWORK], check=False, timeout=30).returncode == 0:
-            sh(["network", "rm", NETWORK], timeout=60)
-        vols = sh(["volume", "ls", "-q", "--filter", f"label={LABEL}"]).stdout.split()
-        if vols:
-            sh(["volume", "rm", "-f"] + vols, check=False)
-        # Push tags of a run killed between `docker tag` and its untag (127.0.0.1:15000-15199/...).
+    def leftovers(self) -> dict[str, list[str]]:
+        """What :meth:`cleanup_leftovers` removes, found, nothing touched: containers (ids), networks, volumes,
+        push tags and cgroup directories carrying this lab's label or name (never another lab's: see "Side by
+        side" in the module's docstring)."""
+        ids = sh(["ps", "-aq", "--filter", f"label={self.label}"]).stdout.split()
+        listed = sh(["ps", "-a", "--filter", f"name=^{self.prefix}",
+                     "--format", '{{.ID}} {{.Names}} {{.Label "' + LABEL_KEY + '"}}']).stdout.splitlines()
+        mine = self.label.split("=", 1)[1]  # a container of another named lab carries swarmlab-<other>
+        for row in listed:
+            cid, cname, value = (row.split(None, 2) + ["", ""])[:3]
+            if _owned(self.prefix, cname) and (value == mine or not value.startswith(LABEL_VALUE + "-")):
+                ids.append(cid)
+        nets = [self.network] if sh(["network", "inspect", self.network], check=False, timeout=30).returncode == 0 else []
+        vols = sh(["volume", "ls", "-q", "--filter", f"label={self.label}"]).stdout.split()
+        # Push tags of a run killed between `docker tag` and its untag (127.0.0.1:<registry_port .. +199>/...).
+        lo = self._registry_port_wanted
         tags = sh(["images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout.split()
-        stale = [t for t in tags if t.startswith("127.0.0.1:15") and t.split("/")[0].split(":")[1].isdigit()
-                 and 15000 <= int(t.split("/")[0].split(":")[1]) < 15200]
-        if stale:
-            sh(["rmi"] + stale, check=False, timeout=120)
+        stale = [t for t in tags if t.startswith("127.0.0.1:") and t.split("/")[0].split(":")[1].isdigit()
+                 and lo <= int(t.split("/")[0].split(":")[1]) < lo + REGISTRY_PORTS]
         # Empty cgroups an engine left at the top of the host tree (DOCKERD_CGROUP_PARENT=/envctl-swarmtest-*).
-        for top in Path("/sys/fs/cgroup").glob(f"*/{PREFIX}*"):
+        cgroups = [str(t) for t in Path("/sys/fs/cgroup").glob(f"*/{self.prefix}*") if _owned(self.prefix, t.name)]
+        return {"containers": sorted(set(ids)), "networks": nets, "volumes": vols, "tags": stale, "cgroups": cgroups}
+
+    def cleanup_leftovers(self) -> None:
+        """Remove every container/network/volume/push tag/cgroup a previous (possibly killed) run of this lab left
+        behind (:meth:`leftovers`)."""
+        found = self.leftovers()
+        if found["containers"]:
+            sh(["rm", "-f", "-v"] + found["containers"], timeout=180, check=False)
+        for net in found["networks"]:
+            sh(["network", "rm", net], timeout=60)
+        if found["volumes"]:
+            sh(["volume", "rm", "-f"] + found["volumes"], check=False)
+        if found["tags"]:
+            sh(["rmi"] + found["tags"], check=False, timeout=120)
+        for top in map(Path, found["cgroups"]):
             for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
                 try:
                     d.rmdir()
@@ -336,22 +392,22 @@ class SwarmLab:
             build_ssh_node_image()
         build_registry_image()
         self.timings["images"] = time.monotonic() - t
-        for other in _subnets_in_use():
+        for other in _subnets_in_use(self.network):
             if other.overlaps(self.subnet):
                 raise SwarmLabError(f"subnet {self.subnet} overlaps an existing network ({other})")
         sh(["network", "create", "--driver", "bridge", "--subnet", str(self.subnet), "--gateway", self.gateway,
-            "--label", LABEL, NETWORK])
+            "--label", self.label, self.network])
 
         t = time.monotonic()
         self.registry_push = f"127.0.0.1:{_free_port(self._registry_port_wanted)}"
-        sh(["run", "-d", "--name", self.REGISTRY_CONTAINER, "--hostname", "registry", "--label", LABEL,
-            "--network", NETWORK, "--ip", self.registry_ip, "-p", f"{self.registry_push}:5000",
+        sh(["run", "-d", "--name", self.REGISTRY_CONTAINER, "--hostname", "registry", "--label", self.label,
+            "--network", self.network, "--ip", self.registry_ip, "-p", f"{self.registry_push}:5000",
             "-v", "/var/lib/docker-registry", REGISTRY_IMAGE])
         for hostname, ip in self.node_ips.items():
             ssh = ["-e", f"AUTHORIZED_KEY={self.ssh_key}"] if self.ssh_key else []
             sh(["run", "-d", "--name", self.container_name(hostname), "--hostname", hostname,
-                "--label", LABEL, "--label", f"envctl.swarmtest.node={hostname}",
-                "--network", NETWORK, "--ip", ip,
+                "--label", self.label, "--label", f"envctl.swarmtest.node={hostname}",
+                "--network", self.network, "--ip", ip,
                 "-e", f"INSECURE_REGISTRIES={self.registry}", *ssh,
                 *NODE_RUN_FLAGS, SSH_NODE_IMAGE if self.ssh_key else NODE_IMAGE])
         wait_until(lambda: http_get(f"http://{self.registry_push}/v2/") is not None, 60, "the registry")
@@ -493,9 +549,14 @@ class SwarmLab:
 
 
 # ---- demo -------------------------------------------------------------------------------------------------
-def _demo() -> None:
+def _demo(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="A throwaway swarm: up, push, a service, HTTP, exec, down (timings).")
+    ap.add_argument("--name", default="", help="a lab of its own (envctl-swarmtest-NAME-*) [the default lab]")
+    ap.add_argument("--subnet", default=DEFAULT_SUBNET, help="its bridge network [%(default)s]")
+    ap.add_argument("--registry-port", type=int, default=15000, help="first host port tried for pushes [%(default)s]")
+    args = ap.parse_args(argv)
     t0 = time.monotonic()
-    with SwarmLab() as lab:
+    with SwarmLab(name=args.name, subnet=args.subnet, registry_port=args.registry_port) as lab:
         print(f"up: {json.dumps({k: round(v, 1) for k, v in lab.timings.items()})}")
         print(lab.docker("node", "ls").stdout)
         base = "envctl-mini/base:1" if image_exists("envctl-mini/base:1") else None
@@ -505,7 +566,7 @@ def _demo() -> None:
         t = time.monotonic()
         ref = lab.push(base, "swarmtest/pyhttp:1")
         print(f"push {base} -> {ref}: {time.monotonic() - t:.1f}s")
-        lab.docker("network", "create", "-d", "overlay", "--attachable", "--label", LABEL, "demo-net")
+        lab.docker("network", "create", "-d", "overlay", "--attachable", "--label", lab.label, "demo-net")
         t = time.monotonic()
         lab.docker("service", "create", "-d", "--name", "web", "--endpoint-mode", "dnsrr", "--network", "demo-net",
                    "--constraint", "node.hostname==node2", "--publish", "mode=host,target=80,published=8080",
