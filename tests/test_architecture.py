@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("envctl.backends", "envctl.images"),  # the engine: the backends, and the image getters that fill an engine
     ("envctl.instance",),  # the one user of the backend, the one writer of the routing table
     ("envctl.state", "envctl.auth", "envctl.smoke"),
-    ("envctl.lab", "envctl.leases.client"),  # the facade of one instance; the lease client (HTTP only)
+    ("envctl.lab", "envctl.results", "envctl.leases.client"),  # the facade of one instance, its verbs' results; the lease client (HTTP only)
     ("envctl.leases",),  # the pool and its HTTP face: above Lab, which never imports them
     ("envctl.cloud",),  # machines for a lab (EC2, an SSH inventory) joined into a swarm by Ansible
     ("envctl.serve", "envctl.envformat", "envctl.doctor", "envctl.render", "envctl.playbooks"),

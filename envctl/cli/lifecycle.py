@@ -15,7 +15,8 @@ from envctl.errors import EnvctlError
 # -- lifecycle -----------------------------------------------------------------------------------
 @cli.command()
 @sites_argument
-@click.option("--all", "all_sites", is_flag=True, help="every site of the catalog (the default)")
+@click.option("--all", "all_sites", is_flag=True,
+              help="every site of the catalog (the default for a new instance; an existing one: the sites it has)")
 @flavor_option
 @instance_option
 @click.option("--public-host", default=None, help="host name the browser and harness use [127.0.0.1]")
@@ -31,14 +32,15 @@ from envctl.errors import EnvctlError
 def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | None, instance: str,
        public_host: str | None, bind: str | None, port_offset: int | None, no_wait: bool, login: bool,
        auth_dir: str | None, spares: int | None, as_json: bool) -> None:
-    """Start sites (all by default), configure them and wait until every one is healthy."""
+    """Start sites (all by default; on an existing instance, the sites it has), configure them and wait until every
+    one is healthy. On an instance that exists, 'up' checks and repairs: after a reboot it brings back what was there."""
     from envctl.render import SiteProgress, emit_json, table
 
     if site_names and all_sites:
         raise click.UsageError("name sites or pass --all, not both")
     lab = ctx.lab(instance, auth_dir)
     with SiteProgress(json_events=as_json) as progress:
-        result = lab.up(list(site_names), all_sites=all_sites or not site_names, flavor=flavor,
+        result = lab.up(list(site_names), all_sites=all_sites, flavor=flavor,
                         public_host=public_host, bind=bind, port_offset=port_offset, wait=not no_wait, login=login,
                         spares=spares, progress=progress)
     if as_json:

@@ -122,10 +122,17 @@ class Pool(Watch):
             node = m.lab.node()
         except EnvctlError:
             node = m.node
+        restarted = rec.get("state") == LEASED and rec.get("id") and self._restarted_since(m, float(rec.get("acquired", 0)))
         with self.cond:
             m.sites, m.node, m.failures = sites, node, 0
             m.state = rec.get("state", FREE)
             m.lease = {k: rec[k] for k in RECORD_KEYS if k in rec}
+            if restarted:  # its containers were stopped under the lease (a reboot, an engine restart)
+                self._end(str(m.lease["id"]), "ended: host restarted (the instance's containers were stopped while "
+                                              "it was held: a reboot or a Docker engine restart); it was reset")
+                m.lease["sites"] = list(sites)
+                m.state = RELEASING
+                self.log(f"pool {self.name}: {m.name}'s lease ended: its host restarted while it was held")
             if m.state == LEASED and not m.lease.get("id"):
                 m.state = RELEASING
             if m.state in (FREE, BROKEN) and self._half_made(m):
@@ -136,6 +143,16 @@ class Pool(Watch):
             self._spawn(self._reclaim, m)
         elif m.state == BROKEN:
             m.retry_at = 0.0
+
+    @staticmethod
+    def _restarted_since(m: Member, when: float) -> bool:
+        """Whether the member's front proxy started after ``when`` (Unix time): what a reboot or an engine restart
+        does to a held instance, and a restarted server does not."""
+        act = m.lab.activity([])
+        try:
+            return act is not None and float(act.process.split("@")[1]) > when + 2
+        except (IndexError, ValueError):
+            return False
 
     def came_up_failed(self, m: Member, error: str) -> None:
         """``m`` failed to come up: broken, retried later; counted, and its error shown (status, 503s, metrics)."""
