@@ -14,6 +14,7 @@ it only through the methods here, each one read-modify-write applied atomically:
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import tempfile
 import threading
@@ -31,7 +32,7 @@ from envctl.errors import DockerError, EnvctlError, NoSuchInstance, NotReady
 from envctl.healthchecks.fingerprint import Fingerprint, hashed, mismatch
 from envctl.healthchecks.probes import ProbeResult, run_probe
 from envctl.healthchecks.wait import attempts
-from envctl.locks import locked
+from envctl.locks import locked, one_of
 from envctl.paths import data_dir
 from envctl.plan import EngineMemory, Held, copy_memory
 from envctl.routing import proxy
@@ -39,6 +40,7 @@ from envctl.routing.table import GOLDEN, Ready, Route, RoutingTable
 from envctl.secrets import mask_text
 
 Progress = Callable[[str, str, str], None]  # (site, phase, detail)
+VERIFY_SLOTS = max(2, 2 * (os.cpu_count() or 1))  # fingerprints run at once on this machine
 ROLES = ("active", "spare", "warm", "proxy")  # envctl.role of a member: routed, ready (golden / snapshot), the proxy
 
 
@@ -440,13 +442,9 @@ class Instance:
         if ctl is None:
             return None
         d = self.settings.deployment
-        ports = sorted({d.port(p) for s in sites for p in self.catalog.site(s).public_ports().values()})
-        return proxy.activity(ctl, ports)
-
-    def site_ports(self, site: str) -> list[str]:
-        """The public ports of ``site`` on this instance (as the routing table names them)."""
-        d = self.settings.deployment
-        return sorted(str(d.port(p)) for p in self.catalog.site(site).public_ports().values())
+        by_site = {s: sorted(str(d.port(p)) for p in self.catalog.site(s).public_ports().values()) for s in sites}
+        act = proxy.activity(ctl, sorted({int(p) for ports in by_site.values() for p in ports}))
+        return dataclasses.replace(act, sites=by_site)
 
     def probe(self, site: str) -> tuple[bool, list[ProbeResult]]:
         """The site's probes on its public URLs (whatever copy is routed), marked as envctl's own."""
@@ -505,15 +503,16 @@ class Instance:
 
     # -- fingerprints -------------------------------------------------------------------------------------
     def fingerprint(self, copy: Copy) -> Fingerprint:
-        """Run the site's fingerprint queries in ``copy`` and hash what they print."""
-        spec = self.catalog.site(copy.site)
-        outputs = {}
-        for q in spec.fingerprint_queries(self.flavor):
-            rc, out = self.exec(copy, q.service or spec.entry, list(q.run))
-            if rc != 0:
-                raise DockerError(f"{spec.title}: fingerprint query '{q.name}' failed (exit {rc}): "
-                                  f"{self.mask(copy.site, out)[-200:]}")
-            outputs[q.name] = out
+        """Run the site's fingerprint queries in ``copy`` and hash what they print; at most ``VERIFY_SLOTS`` at once
+        on this machine (many resets at once share the CPU instead of timing each other out)."""
+        spec, outputs = self.catalog.site(copy.site), {}
+        with one_of("fingerprint", VERIFY_SLOTS, timeout=600):
+            for q in spec.fingerprint_queries(self.flavor):
+                rc, out = self.exec(copy, q.service or spec.entry, list(q.run))
+                if rc != 0:
+                    raise DockerError(f"{spec.title}: fingerprint query '{q.name}' failed (exit {rc}): "
+                                      f"{self.mask(copy.site, out)[-200:]}")
+                outputs[q.name] = out
         return hashed(outputs)
 
     def not_pristine(self, copy: Copy, expected: Fingerprint | None) -> str:

@@ -241,10 +241,6 @@ class Lab:
         except EnvctlError:
             return None
 
-    def site_ports(self, site: str) -> list[str]:
-        """The public ports of ``site`` on this instance."""
-        return self.running().site_ports(site)
-
     def own_headers(self) -> dict[str, str]:
         """The header that marks envctl's own requests to the sites (probes, logins): not counted as their use."""
         try:
@@ -320,15 +316,17 @@ class Lab:
             futures = [pool.submit(tiers.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
                                    refill=refill, defer_login=defer) for n in names]
             results = [f.result() for f in futures]
-        renew = [r.site for r in results if r.ok and tiers.renews_login(r.tier) and self.catalog.site(r.site).login]
-        if defer and renew:
+        fresh = [r for r in results if r.ok and tiers.renews_login(r.tier) and self.catalog.site(r.site).login]
+        if defer and fresh:  # the copies' own files (staged, or a login each), then the pairs composed from them
             t = time.monotonic()
-            progress("*", "login", "renewing the login files of " + ", ".join(renew))
-            note = login_state.renew_or_note(inst, self.logins, renew)
-            for r in results:
-                if r.site in renew:
-                    r.phases["login"] = time.monotonic() - t
-                    r.note = note or r.note
+            login = [r.site for r in fresh if r.login != "staged"]
+            progress("*", "login", "login files: " + ", ".join(f"{r.site} ({r.login or 'login'})" for r in fresh))
+            note = login_state.renew_or_note(inst, self.logins, login, pairs=False) if login else ""
+            lacking = login_state.compose_pairs(inst, self.logins, [r.site for r in fresh])
+            note = (login_state.renew_or_note(inst, self.logins, lacking) if lacking else "") or note
+            for r in fresh:
+                r.phases["login"] = time.monotonic() - t
+                r.note = note or r.note
         return results
 
     def refill(self, sites: list[str], progress: Progress = _noop) -> list[str]:
@@ -370,9 +368,10 @@ class Lab:
 
     def snapshot_restore(self, site: str, name: str, progress: Progress = _noop, *,
                          background: bool = True) -> SnapshotResult:
-        """Make SITE's state the named snapshot's: swap in its warm copy when one is ready (else boot one
-        from the images), verified by probes and fingerprint, login files valid; the old copy is removed
-        and the next warm copy booted in the background (``background``) or before returning."""
+        """Make SITE's state the named snapshot's: swap in its warm copy when one is ready, else restore it inside
+        the routed copy when that copy holds it (in-place steps), else boot one from the images; verified by probes
+        and fingerprint, login files valid; a replaced copy is removed and the next warm copy booted in the
+        background (``background``) or before returning (:mod:`envctl.state.restore`)."""
         snapshots.validate_name(name)
         inst = self.running()
         tags = snapshots.snapshot_tags(inst, site, name)

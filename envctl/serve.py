@@ -135,7 +135,7 @@ def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, s
               spares: int | None = None, heal_after: float = 60.0, base_offset: int = 10000,
               max_lease: float | None = None, bind: str = "127.0.0.1",
               say: Callable[[str], None] | None = None) -> Pool:
-    """The lease pool named after ``lab``'s instance: members ``<instance>-1`` … ``-N`` on this engine,
+    """The lease pool named after ``lab``'s instance: members ``<instance>-1`` … ``-N`` on the backend (this engine, or a swarm's nodes),
     each a Lab with its own login state folder. Call ``start()`` on it (it brings members up)."""
     from envctl.lab import Lab
 

@@ -112,6 +112,30 @@ def test_tampered_spare_escalates_to_the_inplace_tier(lab):
     assert_consistent(lab, "reddit")
 
 
+def test_a_multi_site_reset_installs_the_spares_files_and_composes_their_pair_file(lab):
+    """reddit and gitlab reset together, each by its spare: each spare's own login file (made when it was listed)
+    moves into place, and the file pairing them is composed from those two, with no login in the reset; every
+    file logs in to the copies routed now (the upstream expiry probe, over HTTP)."""
+    from pathlib import Path
+
+    from envctl.state import logins as login_state
+
+    for site in ("reddit", "gitlab"):
+        lab.replenish(site, 1)
+    post_on_reddit(lab, f"pair {uuid.uuid4().hex[:6]}")
+    open_gitlab_issue(lab, f"pair {uuid.uuid4().hex[:6]}")
+    results = lab.reset(["reddit", "gitlab"], refill=False)
+    assert [(r.site, r.ok, r.tier, r.login) for r in results] == [("reddit", True, "spare", "staged"),
+                                                                   ("gitlab", True, "spare", "staged")], results
+    inst = lab.running()
+    for name in ("reddit_state.json", "gitlab_state.json", "gitlab.reddit_state.json"):
+        path = Path(lab.auth_dir) / name
+        assert path.is_file() and path.stat().st_mode & 0o777 == 0o600, name
+        assert login_state.file_problem(inst, path) == "", name
+    for site in ("reddit", "gitlab"):
+        assert_consistent(lab, site)
+
+
 def test_spares_queue_for_the_machines_boot_slots(lab):
     """Spares are background work: at most BOOT_SLOTS of them boot at once on the machine (every
     instance's), so many resets ending together do not starve the resets in progress. While every slot is

@@ -2,7 +2,7 @@
 
 ``local``: containers on one Docker engine (the default). ``swarm``: services on a Docker Swarm, reached
 through a manager (``DOCKER_HOST`` or the docker context pointing at one). Which one a command uses is
-``--backend`` / ``$ENVCTL_BACKEND``; an instance remembers its own (its ``envctl.backend`` label).
+``$ENVCTL_BACKEND``; an instance remembers its own (its ``envctl.backend`` label).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Swarm backend: an instance's copies are services on a Docker Swarm, reached through a manager.
 
-Point envctl at a swarm with ``ENVCTL_BACKEND=swarm`` (or ``--backend swarm``), ``DOCKER_HOST`` (or the docker
+Point envctl at a swarm with ``ENVCTL_BACKEND=swarm``, ``DOCKER_HOST`` (or the docker
 context) naming a manager, and ``ENVCTL_SWARM_REGISTRY`` the registry every node pulls from (``host:port``, trusted
 as insecure by the nodes' engines). What runs where:
 

@@ -13,7 +13,7 @@ Steps, env values and URLs are templates rendered against one deployment (:class
 Example::
 
     cat = load_catalog()
-    cat.site("gitlab").entry.ports.public   # 8023
+    cat.site("gitlab").entry_service.ports.public   # 8023
 """
 from __future__ import annotations
 

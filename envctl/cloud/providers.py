@@ -9,7 +9,8 @@
 Everything after "there are machines" — the Docker engine, the swarm, the registry, node labels — is Ansible's
 (:mod:`envctl.cloud.labs`, ``playbooks/swarm.yml``), and everything after "there is a swarm" is envctl's Swarm
 backend. A new provider is one class here with :meth:`Provider.machines`, :meth:`Provider.remove` and
-:meth:`Provider.states`, and its name in ``PROVIDERS``.
+:meth:`Provider.states`, plus its branch in :func:`envctl.cloud.labs.provider_of` and ``labs.up`` and its
+options in :func:`envctl.cloud.up` and ``envctl cloud up`` (docs/architecture.md, "Files to touch").
 """
 from __future__ import annotations
 
@@ -148,6 +149,4 @@ class Ec2Provider:
         return out, (round(sum(costs), 4) if costs else None), prices.snapshot_date
 
 
-PROVIDERS = {"ec2": Ec2Provider, "inventory": InventoryProvider}
-
-__all__ = ["Machine", "MachineState", "Provider", "Ec2Provider", "InventoryProvider", "PROVIDERS"]
+__all__ = ["Machine", "MachineState", "Provider", "Ec2Provider", "InventoryProvider"]

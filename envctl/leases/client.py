@@ -1,7 +1,7 @@
 """The one lease client: what a holder (the CLI, the Python API, a harness) says to a lease server.
 
-It speaks HTTP only and imports nothing of the pool, so :class:`envctl.lab.Lab` can offer
-``Lab.lease`` without importing the pool (docs/architecture.md, "Leases"). Every answer of the
+It speaks HTTP only and imports nothing of the pool, so :func:`envctl.leases.lease` (the Python entry) and
+the CLI lease without importing the pool (docs/architecture.md, "Leases"). Every answer of the
 server maps to one envctl error: 503 -> :class:`NoFreeInstance` (with the server's Retry-After),
 404 -> :class:`NoSuchLease`, 409 -> :class:`LeaseLost`, 400 -> :class:`UsageError`, anything else
 -> :class:`EnvctlError`; requests' own exceptions never leak.

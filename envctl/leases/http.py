@@ -1,4 +1,4 @@
-"""The pool's HTTP face: the lease routes of ``envctl serve --instances N`` and ``envctl cloud serve``.
+"""The pool's HTTP face: the lease routes of ``envctl serve --instances N`` (on one machine or a swarm).
 
 - ``POST /leases`` (JSON object, all optional: ``sites`` list, ``ttl`` s, ``holder``, ``wait`` s up to
   :data:`~envctl.leases.client.MAX_WAIT`, ``max_seconds``) -> 201 with the lease; 503 + Retry-After

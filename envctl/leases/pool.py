@@ -5,10 +5,12 @@ not verify; retried). The promise a lease makes is about the *whole instance*, n
 holder asked for, because a holder can reach every site of its instance:
 
 - **acquire** hands out an instance only when every site it runs passes its probes and verifies
-  pristine by its fingerprint (one fingerprint pass, side by side, not a reset); one that does not
-  is sent to release and another is tried;
-- **release** (asked for, expired, or reclaimed by the watchdog) resets the leased sites and every
-  other site that does not verify, and frees the instance only when all of them verified;
+  pristine: by its fingerprint (one pass, side by side, not a reset) unless the front proxy saw no request
+  but envctl's own reach it, on the same copy, since it last verified (``routing.proxy.activity``); one that
+  does not verify is sent to release and another is tried;
+- **release** (asked for, expired, or reclaimed by the watchdog) resets the leased sites that were reached
+  during the lease and verifies every other site that was (resetting those that do not verify), and frees
+  the instance only when all of them verified;
 - a lease's own reset (``full_reset``, BrowserGym's protocol) does the same, answered when done;
 - the **watchdog** reclaims a lease held past ``max_seconds`` (``serve --max-lease``) even while it
   heartbeats (a hung episode), and counts it;
@@ -375,7 +377,7 @@ class Pool(Watch):
         out = []
         for site in sites:
             read_only = m.lab.catalog.site(site).reset.tier == "none"
-            ports = m.lab.site_ports(site)
+            ports = now.sites.get(site) or []
             same = now.same_copy if read_only else now.untouched
             if not ports or not all(same(m.seen, port) for port in ports):
                 out.append(site)
@@ -520,7 +522,7 @@ class Pool(Watch):
         return error
 
     def _reclaim(self, m: Member, force: bool = False) -> None:
-        """Reset the instance (leased sites and whatever does not verify); free it only when all verified."""
+        """Reset the instance (the leased sites reached, whatever else does not verify); free it when all verified."""
         t = time.monotonic()
         error = self._restore(m, list(m.lease.get("sites") or []), tier="recreate" if force else None)
         # The store first, then memory: an acquirer never sees FREE before the store does.

@@ -1,4 +1,4 @@
-"""The instance's front proxy: one HAProxy container (Debian's package) that owns every public port.
+"""The instance's front proxy: one HAProxy container (Debian's package; a service on a swarm) that owns every public port.
 
 Which backend container serves a site is the proxy's routing table (``state.json``). It lives in the
 proxy container (``/etc/envctl``, beside the HAProxy config rendered from it), and envctl reaches it,
@@ -6,8 +6,8 @@ and HAProxy's runtime API, through the proxy's **control service** (``control.lu
 the proxy's own published ports that answers only requests carrying the proxy's token (its
 ``envctl.control`` label, 32 random bytes) in ``X-Envctl-Control``; any other request is the site's. So:
 
-- envctl reaches the control path wherever it reaches the sites (this machine, a lab host driving a
-  shared engine through its socket), with no ``docker exec`` and no host directory the engine would
+- envctl reaches the control path wherever it reaches the sites (this machine, or a swarm node's address),
+  with no ``docker exec`` and no host directory the engine would
   have to share; an HTTP keep-alive request costs about a millisecond;
 - reading the table is one request, and a route change is one runtime-API write (``add server``/
   ``set server`` on the live process) plus one read-back that the new server is in force: no reload;
@@ -470,6 +470,7 @@ class Activity:
     process: str
     counts: dict[str, int]
     routes: dict[str, str]
+    sites: dict[str, list[str]] = field(default_factory=dict)  # site -> its public ports (when the reader knew)
 
     def untouched(self, since: "Activity", port: str) -> bool:
         """Whether nothing but envctl reached ``port`` between ``since`` and this reading, on the same copy."""

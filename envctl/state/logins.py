@@ -6,12 +6,15 @@ routed; a snapshot keeps the files of its instant (its sessions are in it) to pu
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
-from envctl.auth import Target, combo_of, login_sites
+from envctl.auth import Target, combo_of, login_combos, login_sites, state_name
+from envctl.auth.files import login_order, write_private
 from envctl.auth.check import ProbeSpec
 from envctl.auth.httplogin import probe_state
 from envctl.errors import NoBrowser
@@ -36,8 +39,9 @@ class Logins:
 
 
 def renew(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | None = None,
-          headers: dict[str, str] | None = None, table: RoutingTable | None = None) -> None:
-    """Renew login state files for ``sites`` (into ``out_dir``, through ``headers``).
+          headers: dict[str, str] | None = None, table: RoutingTable | None = None, pairs: bool = True) -> None:
+    """Renew login state files for ``sites`` (into ``out_dir``, through ``headers``); ``pairs=False``: only each
+    site's own file (pairs are then composed from the single files: :func:`compose_pairs`).
 
     Sites whose login is a plain form post (catalog ``login.http``) are renewed over HTTP, with no
     browser; Chromium is started only for files touching a site that needs it."""
@@ -45,19 +49,45 @@ def renew(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | N
     if not with_login:
         return
     table = table or inst.table()
-    up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login)
+    up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login) if pairs else ()
     target = Target(inst.catalog, inst.settings.deployment, Path(out_dir or logins.auth_dir), inst.flavor, up,
                     tuple(sorted({**inst.own_headers(), **(headers or {})}.items())))
     login_sites(target, with_login, http=True)
 
 
-def renew_or_note(inst: Instance, logins: Logins, sites: list[str]) -> str:
+def renew_or_note(inst: Instance, logins: Logins, sites: list[str], *, pairs: bool = True) -> str:
     """:func:`renew`; on a machine without a browser, why the files were not renewed ('' when they were)."""
     try:
-        renew(inst, logins, sites)
+        renew(inst, logins, sites, pairs=pairs)
         return ""
     except NoBrowser as exc:  # a lab host: the sites are pristine, their login files not renewed
         return f"login files not renewed: {str(exc).splitlines()[0]}"
+
+
+def compose_pairs(inst: Instance, logins: Logins, sites: list[str], table: RoutingTable | None = None) -> list[str]:
+    """Write every pair file touching ``sites`` (with the other login sites up) from the single-site files in the
+    auth dir, no login: their cookies merged in the sites' login order, a later site's cookie replacing an earlier
+    one of the same domain, path and name (what one session logging in to both keeps). Returns the sites whose
+    pairs could not be composed (a single file missing): they need a login."""
+    catalog = inst.catalog
+    up = [s for s in inst.sites_up(table or inst.table()) if catalog.site(s).login]
+    lacking: list[str] = []
+    for combo in login_combos(catalog, [s for s in sites if catalog.site(s).login], up):
+        if len(combo) < 2:
+            continue
+        singles = [logins.auth_dir / state_name((s,)) for s in login_order(catalog, combo)]
+        try:
+            parts = [json.loads(f.read_text()) for f in singles]
+        except (OSError, ValueError):
+            lacking += [s for s in combo if s in sites and s not in lacking]
+            continue
+        cookies: dict[tuple[str, str, str], Any] = {}
+        for part in parts:
+            for c in part.get("cookies", []):
+                cookies[(c.get("domain", ""), c.get("path", "/"), c.get("name", ""))] = c
+        write_private(logins.auth_dir / state_name(combo),
+                      {"cookies": list(cookies.values()), "origins": [o for part in parts for o in part.get("origins", [])]})
+    return lacking
 
 
 def install_staged(logins: Logins, site: str, slot: str) -> bool:

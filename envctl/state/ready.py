@@ -100,7 +100,7 @@ def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress:
             staged = logins.staged(site, copy.slot)
             staged.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
-                login_state.renew(inst, logins, [site], out_dir=staged,
+                login_state.renew(inst, logins, [site], out_dir=staged, pairs=False,  # pairs: composed when routed
                                   headers=inst.backend_header(copy, inst.catalog.site(site).entry))
             except NoBrowser:
                 pass  # a machine without a browser (a lab host): the copy is ready, without login files

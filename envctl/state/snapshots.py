@@ -17,8 +17,8 @@ Each works on an :class:`~envctl.instance.Instance`; declared volumes are captur
 
 - *golden*: the pristine, configured state of a site for one flavor and public URL. Spares and
   recreates boot from it already configured. Tag ``envctl-golden/<site>-<service>:<key>`` where
-  ``key`` hashes the base image ids, the public URL and the rendered configure steps, so a change
-  of any of them makes a new golden instead of reusing a stale one.
+  ``key`` hashes the flavor, the base image ids, the public URL, the rendered configure steps and the
+  in-place save steps, so a change of any of them makes a new golden instead of reusing a stale one.
 - *named snapshots*: any state a user wants back later (e.g. tree-search agents that backtrack):
   ``envctl-snap/<site>-<service>:<instance>-<name>``.
 Images carry labels with site, service, flavor, public URL and the state's fingerprint.

@@ -51,6 +51,7 @@ class ResetResult:
     escalations: list[str] = field(default_factory=list)
     error: str = ""
     note: str = ""  # e.g. login files not renewed on a machine without a browser
+    login: str = ""  # staged: the ready copy's own login file moved into place (no login in the reset)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -84,14 +85,25 @@ def verify(inst: Instance, site: str, table: RoutingTable | None = None, copy: C
                         diff(expected, actual) if expected else [why])
 
 
+SETTLE_SECONDS = 10.0  # a copy just routed that answers with errors this long has failed
+
+
+def _timed_out(r: ProbeResult) -> bool:
+    return r.status is None and "Timeout" in r.detail.split(":")[0]
+
+
 def _probes(inst: Instance, site: str) -> str:
-    """'' when the site's probes pass through the public URL (a copy just routed may still be starting to
-    answer: a few seconds are given), else why not."""
+    """'' when the site's probes pass through the public URL, else why not. A copy just routed may still be
+    starting to answer: errors get a few seconds (``SETTLE_SECONDS``); probes that only time out (a busy host,
+    not a broken copy) get the site's health timeout, so a crowded machine does not escalate to a slower tier."""
     ok, results = False, list[ProbeResult]()
-    for _ in attempts(10, cancel=inst.cancel):
+    start = time.monotonic()
+    for _ in attempts(inst.catalog.site(site).health.timeout, cancel=inst.cancel):
         ok, results = inst.probe(site)
         if ok:
             return ""
+        if time.monotonic() - start > SETTLE_SECONDS and not all(_timed_out(r) for r in results if not r.ok):
+            break
     bad = next(r for r in results if not r.ok)
     return f"probe '{bad.name}' failed: {bad.detail}"
 
@@ -312,14 +324,16 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
             assert not isinstance(routed, str)
             note = ""
             t = time.monotonic()
-            if TIERS[name].renews_login and not routed.staged and not defer_login:
-                note = login_state.renew_or_note(inst, logins, [site])
+            if TIERS[name].renews_login and not defer_login:
+                lacking = login_state.compose_pairs(inst, logins, [site]) if routed.staged else [site]
+                note = login_state.renew_or_note(inst, logins, lacking) if lacking else ""
             r.phases["login"] = time.monotonic() - t
             if refill:
                 ready.spawn(inst, logins, [site])
             elif routed.dirty:
                 ready.cleanup(inst, logins, site)
-            return ResetResult(site, True, name, time.monotonic() - start, r.phases, escalations, note=note)
+            return ResetResult(site, True, name, time.monotonic() - start, r.phases, escalations, note=note,
+                               login="staged" if routed.staged else "")
     return ResetResult(site, False, tiers[-1], time.monotonic() - start, r.phases, escalations,
                        escalations[-1] if escalations else "no tier worked")
 

@@ -2,9 +2,8 @@
 
 A worker is ``python -m envctl <command…> --instance NAME --auth-dir DIR <args…>`` in its own session,
 so it outlives the caller (a reset returns while its spare boots). Workers are found again in /proc by
-their command marker (an argv element, e.g. ``_replenish``) and instance, never from a pid file that
-could go stale. Used by the spare replenisher (:mod:`envctl.state.reset`) and the warm-copy booter
-(:mod:`envctl.state.warm`).
+their command marker (an argv element, e.g. ``_ready``) and instance, never from a pid file that
+could go stale. Used by the ready-copy worker (:mod:`envctl.state.ready`: spares and warm copies).
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from envctl.locks import state_dir
 def spawn(command: list[str], instance: str, auth_dir: Path, args: list[str], *, log_name: str,
           catalog_path: str | None = None, nice: int = 0) -> subprocess.Popen[bytes]:
     """Run ``envctl <command…> --instance I --auth-dir D <args…>`` detached; its output goes to
-    ``<lock dir>/<log_name>-<instance>.log``. ``nice``: run it at that lower CPU priority (``nice -n``,
+    ``<state dir>/<log_name>-<instance>.log``. ``nice``: run it at that lower CPU priority (``nice -n``,
     which execs it: the pid and the argv that :func:`pids` reads are envctl's)."""
     log = open(state_dir() / f"{log_name}-{instance}.log", "ab")
     argv = [sys.executable, "-m", "envctl", *command, "--instance", instance, "--auth-dir", str(auth_dir), *args]
