@@ -9,7 +9,7 @@
 - :class:`LeaseRecord`: the instance's lease when it belongs to a pool.
 
 The table is read once per operation and written by one writer, :class:`envctl.instance.Instance`
-(``Instance._routing()``, applied atomically through the proxy's control service). JSON written by an
+(its private ``_routing`` context, applied atomically through the proxy's control service). JSON written by an
 envctl before issue 29 (``spares``, ``warm``, ``wanted``, ``verified`` at the top level) is read too.
 """
 from __future__ import annotations
