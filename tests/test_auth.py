@@ -140,3 +140,29 @@ def test_header_login_file_logs_a_browser_in(tmp_path):
             browser.close()
     finally:
         server.shutdown()
+
+
+def test_the_one_cookie_rule_of_the_expiry_probe():
+    """Which cookies of a storage_state file the HTTP expiry probe sends to a URL (``httplogin._cookie_header``,
+    the only place envctl decides it; a browser's rule, RFC 6265 5.1.3/5.1.4): the host or a parent dot-domain,
+    the path or a prefix of it at a '/', secure ones only over https; the port does not matter (cookies are per
+    host, so sites on one host see each other's cookies, as in a browser)."""
+    from envctl.auth import httplogin
+
+    cookies = [
+        {"name": "host", "value": "1", "domain": "127.0.0.1", "path": "/"},
+        {"name": "dot", "value": "2", "domain": ".example.org", "path": "/"},
+        {"name": "sub", "value": "3", "domain": "shop.example.org", "path": "/admin"},
+        {"name": "sec", "value": "4", "domain": "127.0.0.1", "path": "/", "secure": True},
+        {"name": "other", "value": "5", "domain": "10.0.0.1", "path": "/"},
+        {"name": "nopath", "value": "6", "domain": "127.0.0.1"},
+    ]
+    send = httplogin._cookie_header
+    assert send(cookies, "http://127.0.0.1:9999/forums") == "host=1; nopath=6"
+    assert send(cookies, "http://127.0.0.1:7770/") == "host=1; nopath=6"  # another port, same host
+    assert send(cookies, "https://127.0.0.1:8023/") == "host=1; sec=4; nopath=6"
+    assert send(cookies, "http://shop.example.org/admin/dashboard") == "dot=2; sub=3"
+    assert send(cookies, "http://shop.example.org/admin") == "dot=2; sub=3"
+    assert send(cookies, "http://shop.example.org/administrator") == "dot=2"  # not a path prefix at '/'
+    assert send(cookies, "http://example.org/") == "dot=2"
+    assert send(cookies, "http://badexample.org/") == ""  # a dot-domain matches whole labels only

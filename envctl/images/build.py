@@ -15,7 +15,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from envctl.errors import BuildFailed, ImageMissing
 from envctl.backends.docker import ENGINE as dk
@@ -92,16 +92,6 @@ def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) ->
     if progress:
         progress(f"built {spec.tag} in {took:.1f}s")
     return took
-
-
-def build_mini(names: Iterable[str] | None = None, *, progress: Callable[[str], None] | None = None) -> dict[str, float]:
-    """Build the base and the named mini images (all when ``names`` is None)."""
-    wanted = set(names) if names is not None else None
-    times: dict[str, float] = {}
-    for spec in mini_builds():
-        if spec.name == "base" or wanted is None or spec.name in wanted:
-            times[spec.tag] = build(spec, progress=progress)
-    return times
 
 
 def build_for_sites(catalog: "object", sites: list[str], flavor: str, *,
