@@ -49,8 +49,11 @@ def down(names: list[str]) -> None:
             dk.remove([c.name])
 
 
+FAILED: list[str] = []
+
+
 def episode(lease: dict[str, Any]) -> None:
-    """Read every site, write one post on reddit (with the lease's login state)."""
+    """Read every site, write one post on reddit (with the lease's login state); a failed write is counted."""
     env = lease["env"]
     for site, key in URL_KEYS.items():
         if env.get(key):
@@ -62,7 +65,14 @@ def episode(lease: dict[str, Any]) -> None:
     r = s.post(f"{env['WA_REDDIT']}/submit", data={"submission[title]": title, "submission[forum]": "books",
                                                    "submission[url]": "", "submission[body]": "bench"}, timeout=60)
     if not (r.ok and title in r.text):
-        raise SystemExit(f"the episode's write failed: HTTP {r.status_code}")
+        cookies = sorted(c["name"] for c in (lease["auth"].get("reddit_state.json") or {}).get("cookies", []))
+        FAILED.append(f"HTTP {r.status_code} at {r.url} (lease {lease['id'][:8]}, reddit cookies {cookies})")
+        print(f"episode's write failed: {FAILED[-1]}", flush=True)
+
+
+def refreshed(url: str, lease: dict[str, Any]) -> dict[str, Any]:
+    """The lease's login state after a reset (the reset renewed the files: GET /leases/ID?auth=1)."""
+    return requests.get(f"{url}/leases/{lease['id']}?auth=1", timeout=120).json()["auth"]
 
 
 def acquire(url: str) -> tuple[dict[str, Any], float]:
@@ -101,6 +111,14 @@ def main() -> None:
     baseline: list[float] = []
     try:
         t0 = time.monotonic()
+        while True:  # the server answers once it listens (503 + Retry-After while the pool starts)
+            try:
+                requests.get(f"{url}/leases", timeout=5)
+                break
+            except requests.RequestException:
+                if serve.poll() is not None or time.monotonic() - t0 > 120:
+                    raise SystemExit(f"envctl serve did not start; see {state / 'serve.log'}")
+                time.sleep(0.3)
         lease, _ = acquire(url)
         print(f"pool of one whole instance up and leased in {time.monotonic() - t0:.1f}s; "
               f"load average {os.getloadavg()[0]:.1f}")
@@ -121,6 +139,7 @@ def main() -> None:
             requests.get(f"{lease['full_reset']}/reset", timeout=700)
             status = requests.get(f"{lease['full_reset']}/status", timeout=60).text
             full_after_release.append(time.monotonic() - t)
+            lease["auth"] = refreshed(url, lease)
             if status != "Ready for duty!":
                 raise SystemExit(f"/status after the reset: {status!r}")
         # ... and once every spare is back
@@ -133,6 +152,7 @@ def main() -> None:
             requests.get(f"{lease['full_reset']}/reset", timeout=700)
             requests.get(f"{lease['full_reset']}/status", timeout=60)
             full_spares_back.append(time.monotonic() - t)
+            lease["auth"] = refreshed(url, lease)
         # baseline: the old release + acquire on the held instance (reset the written site, verify all, twice)
         lab = Lab(instance=member)
         for _ in range(args.n):
@@ -144,6 +164,7 @@ def main() -> None:
             [r] = lab.reset(["reddit"])
             bad = lab.not_pristine(SITES) or lab.not_pristine(SITES)
             baseline.append(time.monotonic() - t)
+            lease["auth"] = refreshed(url, lease)
             if not r.ok or bad:
                 raise SystemExit(f"baseline reset did not verify: {r.error} {bad}")
         summary = requests.get(f"{url}/leases", timeout=60).json()["summary"]
@@ -166,6 +187,7 @@ def main() -> None:
     print(f"baseline: reset reddit + verify every site at release and again at acquire | {pct(baseline, 50):.2f} | "
           f"{pct(baseline, 95):.2f} |")
     print(f"\nratio baseline / release->next lease (p50): {pct(baseline, 50) / pct(turn, 50):.1f}x")
+    print(f"episodes whose write failed: {len(FAILED)}" + (f" ({FAILED[0]})" if FAILED else ""))
     print(f"pool: resets {summary.get('resets')}; verifications {summary.get('verifications')}, skipped "
           f"{summary.get('verifications_skipped')}; leased sites not reset (untouched) {summary.get('resets_skipped')}; "
           f"fingerprints computed by the server {summary.get('fingerprints')}")

@@ -293,8 +293,9 @@ _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs
 # The lanes share the engine, so no module of one lane may publish a port or use an instance name that a
 # module of the other lane uses (each module's instance and port offset is stated at its top), and every
 # module that uses a session fixture of SHARED_USERS is in the same lane as that fixture's other users.
-# Lane b: the cloud lab over SSH (mostly waiting on Ansible), the per-site mini image tests and
-# the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
+# Lane b: the swarm tests (tests/swarmlab.py's default lab: test_swarm, then test_cloud_ansible, which
+# share its names and subnet, so they run one after the other in this lane), the per-site mini image tests
+# and the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
 LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_mini_*.py", "test_soak.py",
           "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
           "test_evaluators.py")

@@ -302,6 +302,9 @@ def test_browsergym_full_reset_through_a_lease_is_ready_on_the_first_status(srv:
         assert r.status_code == 200, r.text
         assert requests.get(f"{full_reset}/status", timeout=30).text == "Ready for duty!"
         assert Lab(instance=inst).verify("reddit").ok
+        # the reset renewed the login files: the lease's login state as it is now logs in to the new state
+        fresh = requests.get(f"{srv.url}/leases/{lease['id']}?auth=1", timeout=120).json()["auth"]
+        post_on_reddit(lease["env"]["WA_REDDIT"], f"after full_reset {uuid.uuid4().hex[:6]}", fresh["reddit_state.json"])
         # ?wait=0 answers at once; the status says so until it has ended
         assert requests.get(f"{full_reset}/reset?wait=0", timeout=30).status_code == 200
         assert requests.get(f"{full_reset}/reset", timeout=30).status_code == 418

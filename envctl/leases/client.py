@@ -240,8 +240,9 @@ class LeaseClient:
     def release(self, lease_id: str) -> dict[str, Any]:
         return self.call("DELETE", f"/leases/{lease_id}", None, 60)
 
-    def get(self, lease_id: str) -> dict[str, Any]:
-        return self.call("GET", f"/leases/{lease_id}", None, 30)
+    def get(self, lease_id: str, *, auth: bool = False) -> dict[str, Any]:
+        """A lease's row; with ``auth``, its login state as it is now (renewed by a reset through the lease)."""
+        return self.call("GET", f"/leases/{lease_id}" + ("?auth=1" if auth else ""), None, 60 if auth else 30)
 
     def listing(self) -> dict[str, Any]:
         return self.call("GET", "/leases", None, 60)

@@ -154,6 +154,8 @@ class LeaseRoutes:
         row = next((r for r in self.pool.leases() if r.get("id") == parts[1]), None)
         if row is None:
             raise NoSuchLease(parts[1])
+        if (query.get("auth") or [""])[0] in ("1", "true", "yes"):  # the login state as it is now (after a reset)
+            row = {**row, "auth": self.pool.lease_auth(parts[1])}
         return as_json(200, row)
 
     def release(self, parts: list[str], query: Any, body: Any, client: str) -> Reply:

@@ -406,6 +406,11 @@ class Pool(Watch):
         return Lease(rec["id"], m.name, sites, rec.get("holder", ""), rec["acquired"], rec["expires"], rec["ttl"],
                      env, self._auth(m, sites), url, max_seconds=rec.get("max_seconds"), host=m.node or None)
 
+    def lease_auth(self, lease_id: str) -> dict[str, Any]:
+        """A held lease's login state as it is now (a reset through the lease renews the sites' login files)."""
+        m = self._find(lease_id)
+        return self._auth(m, list(m.lease.get("sites") or m.sites))
+
     def _auth(self, m: Member, sites: list[str]) -> dict[str, Any]:
         """The login state (storage_state JSON) of every file touching the leased login sites."""
         catalog = m.lab.catalog
