@@ -579,7 +579,7 @@ class Instance:
             services.append(ServiceSpec(
                 svc_name, r.containers[svc_name], (images or {}).get(svc_name, sf.image), labels,
                 list(svc.command) if svc.command else None, {k: r(v) for k, v in svc.env.items()},
-                [(r(v.source), v.target, "ro" if v.read_only else "rw") for v in svc.volumes], links,
+                [(r.volume_source(v.source), v.target, "ro" if v.read_only else "rw") for v in svc.volumes], links,
                 sf.memory or svc.memory, list(svc.tmpfs), svc.user, svc.stop_timeout, svc.restart,
                 tuple(svc.ready or ())))
         return CopySpec(self.name, site, slot, services, s.health.timeout, {**self.settings.labels(), "envctl.site": site})
@@ -678,9 +678,14 @@ class Instance:
             members = list(copy.members.items())
             t = time.monotonic()
             self.backend.freeze([m for _, m in members])
+            caps: list[object] = []
             try:
-                caps = [self.backend.commit(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
-                        for svc, m in members]
+                for svc, m in members:
+                    caps.append(self.backend.commit(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc))
+            except BaseException:
+                for cap in caps:  # a member's capture failed (e.g. a full disk): nothing of the others stays
+                    self.backend.discard_commit(cap)
+                raise
             finally:
                 self.backend.thaw([m for _, m in members])
                 timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
