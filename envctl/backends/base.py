@@ -307,6 +307,9 @@ class Backend(ABC):
     @abstractmethod
     def finish_commit(self, capture: object) -> str: ...
 
+    def discard_commit(self, capture: object) -> None:
+        """Drop a capture that will not be finished (another member's failed): nothing of it stays."""
+
     # -- images -----------------------------------------------------------------------------------
     @abstractmethod
     def image_exists(self, ref: str) -> bool: ...
