@@ -677,9 +677,9 @@ class Instance:
         with tempfile.TemporaryDirectory(prefix="envctl-snap-") as tmp:
             members = list(copy.members.items())
             t = time.monotonic()
-            self.backend.freeze([m for _, m in members])
             caps: list[object] = []
             try:
+                self.backend.freeze([m for _, m in members])  # in the try: a freeze interrupted half-way is thawed
                 for svc, m in members:
                     caps.append(self.backend.commit(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc))
             except BaseException:
@@ -690,8 +690,7 @@ class Instance:
                 self.backend.thaw([m for _, m in members])
                 timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
             t = time.monotonic()
-            for cap in caps:
-                self.backend.finish_commit(cap)
+            self.backend.finish_commits(caps)  # all or none: a snapshot is whole or absent
             timings["build"] = timings.get("build", 0.0) + time.monotonic() - t
 
     def thaw_leftovers(self, copy: Copy) -> list[str]:

@@ -308,7 +308,18 @@ class Backend(ABC):
     def finish_commit(self, capture: object) -> str: ...
 
     def discard_commit(self, capture: object) -> None:
-        """Drop a capture that will not be finished (another member's failed): nothing of it stays."""
+        """Drop a capture (finished or not) whose snapshot will not be whole: nothing of it stays."""
+
+    def finish_commits(self, captures: list[object]) -> None:
+        """Finish every capture of one snapshot, or none: when one fails (or an interrupt lands), the others'
+        images are removed too, so a snapshot is whole or absent."""
+        try:
+            for cap in captures:
+                self.finish_commit(cap)
+        except BaseException:
+            for cap in captures:
+                self.discard_commit(cap)
+            raise
 
     # -- images -----------------------------------------------------------------------------------
     @abstractmethod

@@ -137,6 +137,7 @@ class Capture:
     tag: str
     committed: str  # image id of the container's own layer
     context: Path | None = None
+    image: str = ""  # the finished image's id, once tagged (finish_capture)
 
 
 @dataclass(frozen=True)
@@ -405,7 +406,12 @@ class Engine:
     @_wrap
     def unpause(self, names: list[str]) -> None:
         if names:
-            self.docker.container.unpause(names)
+            try:
+                self.docker.container.unpause(names)
+            except DockerException:  # not every one frozen (a pause interrupted half-way): thaw those that are
+                frozen = self.paused(names)
+                if frozen:
+                    self.docker.container.unpause(frozen)
 
     def paused(self, names: list[str]) -> list[str]:
         """Those of ``names`` that are frozen now (e.g. left so by a process killed mid-capture)."""
@@ -455,20 +461,25 @@ class Engine:
         return Capture(container, tag, committed, workdir)
 
     def discard_capture(self, cap: Capture) -> None:
-        """Remove the untagged layer of a capture that will not be finished."""
+        """Remove what a capture made: its untagged layer, and its image once finished (while its tag still names
+        it: a snapshot another member's failure leaves half-made is removed whole)."""
+        if cap.image and self.image_id(cap.tag) == cap.image:
+            self.remove_images_quietly([cap.tag])
         self.remove_images_quietly([cap.committed])
 
     def finish_capture(self, cap: Capture) -> str:
         """Tag the image of a :class:`Capture` (building the volume layer when there is one); its id."""
         if cap.context is None:
             self.tag_image(cap.committed, cap.tag)
+            cap.image = cap.committed
             return cap.committed
         try:
             self.build(cap.context, cap.tag)
         except BaseException:
             self.discard_capture(cap)
             raise
-        return self.image_id(cap.tag)
+        cap.image = self.image_id(cap.tag)
+        return cap.image
 
     def archive_out(self, name: str, path: str, dest: Path) -> None:
         """Write a tar of ``path`` in a (stopped or running) container, volumes included, to ``dest``."""
