@@ -117,12 +117,17 @@ def _pool_size(ctx: Ctx, instances: str | None, instance: str, flavor: str | Non
             raise UsageError(f"--instances {instances[:20]!r} is not a number", "give 1 to 64, or 'auto'") from None
         if not 1 <= size <= 64:
             raise UsageError(f"--instances {size} is out of range", "give 1 to 64, or 'auto'")
+    from envctl.validate import PORT_OFFSET_MAX
+
     names = ctx.catalog.resolve(sites, all_sites=not sites)
     top = max(p for n in names for p in ctx.catalog.site(n).public_ports().values())
-    if top + base_offset + 1000 * (size - 1) > 65535:
-        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need ports up to "
-                         f"{top + base_offset + 1000 * (size - 1)}, past 65535",
+    last = base_offset + 1000 * (size - 1)  # the last member's offset, when every one before it is free
+    if top + last > 65535:
+        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need ports up to {top + last}, past 65535",
                          "give a lower --base-offset or fewer --instances")
+    if last > PORT_OFFSET_MAX:
+        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need port offsets up to {last}, past "
+                         f"{PORT_OFFSET_MAX}", "give a lower --base-offset or fewer --instances")
     return size
 
 

@@ -32,7 +32,7 @@ from urllib.parse import urlencode, urljoin
 import requests
 
 from envctl.errors import ChecksumMismatch, DiskSpaceError, FetchError
-from envctl.paths import disk_full, is_disk_full
+from envctl.paths import disk_full, human_bytes, is_disk_full
 
 CHUNK = 1 << 20
 READ_BYTES = 256 * 1024  # per socket read: small enough for timely progress and Ctrl-C
@@ -197,7 +197,7 @@ def _short(exc: BaseException) -> str:
 def _chunks(resp: requests.Response, mirror: str, url: str, t: Timeouts) -> Iterator[bytes]:
     """Body chunks; a stall or a drop becomes a FetchError marked resumable by the caller."""
     try:
-        for chunk in resp.iter_content(READ_BYTES):
+        for chunk in _pieces(resp):
             if chunk:
                 yield chunk
     except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
@@ -212,10 +212,26 @@ class _Dropped(FetchError):
     """A connection ended early; resumable when the server honours Range."""
 
 
+def _pieces(resp: requests.Response) -> Iterator[bytes]:
+    """The one decoding iterator of a response's body: the sniffed head and the rest both come from it. (Reading
+    the head with ``raw.read`` and the rest with ``iter_content`` broke every chunked body: http.client's and
+    urllib3's chunk parsers disagreed about where the first chunk ended.)"""
+    pieces = getattr(resp, "_envctl_pieces", None)
+    if pieces is None:
+        pieces = resp.iter_content(READ_BYTES)
+        setattr(resp, "_envctl_pieces", pieces)
+    return pieces
+
+
 def _sniff(resp: requests.Response, mirror: str, url: str, expect: Expect) -> bytes:
-    """The first bytes of the body, checked to be what ``expect`` says (not an HTML page)."""
+    """The first bytes of the body (at least ``HEAD_BYTES`` when there are as many), checked to be what ``expect``
+    says (not an HTML page)."""
+    head = b""
     try:
-        head = resp.raw.read(HEAD_BYTES, decode_content=True) or b""
+        for piece in _pieces(resp):
+            head += piece
+            if len(head) >= HEAD_BYTES:
+                break
     except Exception as exc:  # urllib3 protocol / timeout errors
         resp.close()
         raise FetchError(f"mirror {mirror} dropped the connection before sending any data ({url}): {_short(exc)}",
@@ -342,10 +358,14 @@ def _reserve(fd: int, size: int) -> None:
         os.truncate(fd, size)
 
 
-def _full(dest: Path, total: int | None) -> DiskSpaceError:
-    """The partial download of ``dest`` removed after its filesystem filled: one line naming it."""
+def _full(dest: Path, total: int | None, done: int | None) -> DiskSpaceError:
+    """The partial download of ``dest`` removed after its filesystem filled: one line naming it, and what it
+    needs (the announced length; without one, more than what fitted)."""
     _discard(dest)
-    return disk_full(dest, total, what="to download", kept="the partial file was removed",
+    kept = "the partial file was removed"
+    if not total and done:
+        kept = f"it needs more than the {human_bytes(done)} that fitted (the mirror announced no length); {kept}"
+    return disk_full(dest, total, what="to download", kept=kept,
                      hint="free space there (or point ENVCTL_DATA_DIR at a bigger disk) and run 'envctl images get' again")
 
 
@@ -371,7 +391,7 @@ def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = N
     except OSError as exc:
         if not is_disk_full(exc):
             raise
-        raise _full(dest, getattr(exc, "envctl_total", None)) from None
+        raise _full(dest, getattr(exc, "envctl_total", None), getattr(exc, "envctl_done", None)) from None
 
 
 def _download(url: str, dest: Path, *, mirror: str, expected_size: int | None, expected_sha256: str | None,
@@ -458,6 +478,9 @@ def _fetch_single(part: Path, head: bytes, body: Iterator[bytes], total: int | N
         except _Dropped as exc:
             raise FetchError(f"{exc.message} after {done} of {total or '?'} bytes, and it does not support Range, "
                              "so the download cannot resume", "try another mirror (--mirror NAME)") from exc
+        except OSError as exc:
+            exc.envctl_done = done  # type: ignore[attr-defined]
+            raise
         finally:
             body.close()  # type: ignore[attr-defined]
     return h.hexdigest(), done
