@@ -677,15 +677,10 @@ class Instance:
         with tempfile.TemporaryDirectory(prefix="envctl-snap-") as tmp:
             members = list(copy.members.items())
             t = time.monotonic()
-            caps: list[object] = []
             try:
                 self.backend.freeze([m for _, m in members])  # in the try: a freeze interrupted half-way is thawed
-                for svc, m in members:
-                    caps.append(self.backend.commit(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc))
-            except BaseException:
-                for cap in caps:  # a member's capture failed (e.g. a full disk): nothing of the others stays
-                    self.backend.discard_commit(cap)
-                raise
+                caps = self.backend.commits([(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
+                                             for svc, m in members])  # all or none (a full disk, an interrupt)
             finally:
                 self.backend.thaw([m for _, m in members])
                 timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
