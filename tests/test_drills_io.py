@@ -455,8 +455,9 @@ def test_sigterm_during_a_reset_keeps_the_routed_copy_and_the_next_reset_finishe
     assert proc.returncode == 143, "".join(seen) + err
     assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
     now = {n: s for n, s in containers(DRL1).items() if n.startswith(f"envctl-{DRL1}-classifieds-")}
-    assert set(now) == routed and set(now.values()) == {"running"}, (routed, now)  # the new copy gone, the old serves
-    assert answers(public_url("classifieds"))
+    assert set(now.values()) == {"running"} and answers(public_url("classifieds")), now
+    if "pass its probes" not in err:  # the signal landed while the new copy booted: it is gone, the old one serves
+        assert set(now) == routed, (routed, now)  # (later, the swap was done: the replaced copy goes as after a reset)
     p = envctl("reset", "classifieds", "--tier", "recreate", "-i", DRL1, "--json", env=drl1)
     assert p.returncode == 0 and json.loads(p.stdout)[0]["ok"], p.stdout[-2000:] + p.stderr[-2000:]
     deadline = time.monotonic() + 120  # the replaced copy is removed by the reset's detached worker

@@ -53,6 +53,8 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         validate_token(token)
     names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
     pool_site_names = ctx.catalog.resolve(names) if names else None
+    if instances is not None and instances.strip().lower() != "auto":  # a count and ports out of range: refused
+        _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)  # before the engine is asked
     if instances is not None:
         flavor = _pool_flavor(ctx, instance, flavor, ctx.catalog.resolve(pool_site_names, all_sites=not pool_site_names))
     size = _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)
