@@ -93,11 +93,61 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
                          f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",
                          "stop what holds them, or pass --port-offset N" if busy else None))
 
+    checks += space_checks(flavor, names, catalog)
     checks.append(browser_check(os.environ))
     environment = env_report()
     checks += environment_checks(environment)
     return {"ok": all(c["status"] != "fail" for c in checks), "flavor": flavor, "sites": names, "checks": checks,
             "environment": environment}
+
+
+# Free space under which a directory envctl writes is reported before a write there fails (issue #32): the
+# state directory (locks, lease and server records, tokens, the debug log), the data directory (downloads,
+# unpacked data, what the mini images seed), the temporary directory (a snapshot's volume copies).
+SPACE_WARN = {"state": 64 << 20, "data": 1 << 30, "temp": 1 << 30}
+
+
+def space_checks(flavor: str, names: list[str], catalog: Catalog) -> list[dict[str, Any]]:
+    """Free space where envctl writes: 'warn' under :data:`SPACE_WARN`, 'fail' when nothing is free or, on the
+    full flavor, the data files of ``names`` that are not there yet do not fit. Creates nothing."""
+    import tempfile
+
+    from envctl.images.get import Options, artifacts, is_present
+    from envctl.locks import free_space, human_bytes, mount_point
+    from envctl.paths import data_dir, usable_dir
+
+    rows = []
+    need_data = 0
+    where: dict[str, tuple[str, str]] = {}
+    try:
+        where["state"] = (str(usable_dir(_state_root(), "state directory")), "ENVCTL_STATE_DIR")
+        where["data"] = (str(data_dir(flavor)), "ENVCTL_DATA_DIR")
+    except EnvctlError as exc:
+        rows.append(_check("space", "fail", exc.message, exc.hint))
+    where["temp"] = (tempfile.gettempdir(), "TMPDIR")
+    if flavor == "full" and "data" in where:
+        try:
+            opts = Options().resolved()
+            need_data = sum((a.size or 0) for _, a in artifacts(catalog, names, flavor)
+                            if a.kind == "data" and not is_present(a, opts))
+        except EnvctlError as exc:  # e.g. a symbolic link out of the data directory: 'images get' says it too
+            rows.append(_check("data files", "fail", exc.message, exc.hint))
+    for what, (path, var) in where.items():
+        free = free_space(path)
+        need = max(SPACE_WARN[what], need_data if what == "data" else 0)
+        status = "fail" if free == 0 or (what == "data" and need_data > free) else "warn" if free < need else "ok"
+        rows.append(_check(f"{what} dir space", status,
+                           f"{human_bytes(free)} free on {mount_point(path)} for {path}"
+                           + (f"; the {flavor} data files still to get need {human_bytes(need_data)}" if what == "data" and need_data else ""),
+                           None if status == "ok" else f"free space there, or set {var} to a directory on a bigger disk "
+                           f"(writes there fail once it is full; under {human_bytes(SPACE_WARN[what])} is a warning)"))
+    return rows
+
+
+def _state_root() -> str:
+    """The state directory (as :func:`envctl.locks.state_dir` finds it), without creating it."""
+    explicit = env_value("ENVCTL_STATE_DIR")
+    return explicit or os.path.join(env_value("XDG_RUNTIME_DIR") or "/tmp", f"envctl-{os.getuid()}")
 
 
 def browser_check(environ: Any) -> dict[str, Any]:

@@ -26,6 +26,12 @@ class UsageError(EnvctlError):
     exit_code = 2
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a script's ``kill``, a CI runner or a service manager stopping envctl): raised in the main
+    thread by the CLI's handler, so it unwinds exactly as Ctrl-C does (every ``except KeyboardInterrupt``
+    and ``finally`` runs: a copy being booted is removed, a frozen site unpaused, a pool stopped)."""
+
+
 class MissingExtra(UsageError):
     """An optional part of envctl whose Python packages are not installed (``pip install 'envctl[EXTRA]'``)."""
 

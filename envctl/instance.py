@@ -579,7 +579,7 @@ class Instance:
             services.append(ServiceSpec(
                 svc_name, r.containers[svc_name], (images or {}).get(svc_name, sf.image), labels,
                 list(svc.command) if svc.command else None, {k: r(v) for k, v in svc.env.items()},
-                [(r(v.source), v.target, "ro" if v.read_only else "rw") for v in svc.volumes], links,
+                [(r.volume_source(v.source), v.target, "ro" if v.read_only else "rw") for v in svc.volumes], links,
                 sf.memory or svc.memory, list(svc.tmpfs), svc.user, svc.stop_timeout, svc.restart,
                 tuple(svc.ready or ())))
         return CopySpec(self.name, site, slot, services, s.health.timeout, {**self.settings.labels(), "envctl.site": site})
@@ -677,16 +677,15 @@ class Instance:
         with tempfile.TemporaryDirectory(prefix="envctl-snap-") as tmp:
             members = list(copy.members.items())
             t = time.monotonic()
-            self.backend.freeze([m for _, m in members])
             try:
-                caps = [self.backend.commit(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
-                        for svc, m in members]
+                self.backend.freeze([m for _, m in members])  # in the try: a freeze interrupted half-way is thawed
+                caps = self.backend.commits([(m, tags[svc], {**labels, "envctl.service": svc}, Path(tmp) / svc)
+                                             for svc, m in members])  # all or none (a full disk, an interrupt)
             finally:
                 self.backend.thaw([m for _, m in members])
                 timings["freeze"] = timings.get("freeze", 0.0) + time.monotonic() - t
             t = time.monotonic()
-            for cap in caps:
-                self.backend.finish_commit(cap)
+            self.backend.finish_commits(caps)  # all or none: a snapshot is whole or absent
             timings["build"] = timings.get("build", 0.0) + time.monotonic() - t
 
     def thaw_leftovers(self, copy: Copy) -> list[str]:

@@ -29,7 +29,7 @@ from envctl.catalog import Catalog, Renderer, load_catalog
 from envctl.errors import (DockerError, EnvctlError, NoSuchInstance, PortInUse, ResetFailed, SiteNotUp,
                            UsageError)
 from envctl.healthchecks.probes import ProbeResult
-from envctl.healthchecks.wait import wait_for
+from envctl.healthchecks.wait import gather, wait_for
 from envctl.images.build import PROXY_IMAGE, build as build_image, proxy_build
 from envctl.instance import Instance, Progress, _noop, find_settings, measure
 from envctl.locks import locked
@@ -205,11 +205,7 @@ class Lab:
 
             with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
                 futures = {n: pool.submit(one, n) for n in names}
-                try:
-                    results = {n: f.result() for n, f in futures.items()}
-                except KeyboardInterrupt:
-                    self.cancel.set()
-                    raise
+                results = dict(zip(futures, gather(futures.values(), self.cancel)))
         result = UpResult(self.instance, settings.flavor, [results[n] for n in names], time.monotonic() - start,
                           flavor_reason=reason)
         if login and result.ok and wait:
@@ -315,7 +311,7 @@ class Lab:
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             futures = [pool.submit(tiers.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
                                    refill=refill, defer_login=defer) for n in names]
-            results = [f.result() for f in futures]
+            results = gather(futures, self.cancel)  # interrupted: the resets stop at their next wait
         fresh = [r for r in results if r.ok and tiers.renews_login(r.tier) and self.catalog.site(r.site).login]
         if defer and fresh:  # the copies' own files (staged, or a login each), then the pairs composed from them
             t = time.monotonic()

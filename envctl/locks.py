@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from envctl.errors import EnvctlError
-from envctl.paths import output_file, usable_dir  # noqa: F401 - also the CLI's path checks (it imports no paths)
+from envctl.paths import (disk_full, free_space, human_bytes, is_disk_full,  # noqa: F401 - also the CLI's (it imports
+                          mount_point, output_file, usable_dir)  # no paths): path checks, a full filesystem
 
 
 class UnsafeStateDir(EnvctlError):
@@ -78,12 +79,31 @@ def open_private(path: Path, *, append: bool = False) -> int:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Replace ``path`` atomically with ``text``, mode 0600 (a temporary file beside it, then rename)."""
+    """Replace ``path`` atomically with ``text``, mode 0600 (a temporary file beside it, then rename).
+    A failed write leaves the old file and no temporary one; a full filesystem is a
+    :class:`~envctl.errors.DiskSpaceError` naming it, what is free and what was needed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(open_private(tmp), "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    data = text.encode()
+    try:
+        with os.fdopen(open_private(tmp), "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(path, len(data), hint=_full_hint(path)) from None
+        raise
     return path
+
+
+def _full_hint(path: Path) -> str | None:
+    """How to get room for a file of envctl's state directory (None: the generic advice)."""
+    try:
+        inside = state_dir() in Path(os.path.abspath(path)).parents
+    except EnvctlError:
+        inside = False
+    return ("free space there, or set ENVCTL_STATE_DIR to a directory on a bigger disk, and run the command again"
+            if inside else None)
 
 
 def write_debug_log(text: str) -> Path | None:
@@ -105,7 +125,12 @@ class Busy(EnvctlError):
 def locked(name: str, *, wait: bool = True, timeout: float = 600) -> Iterator[None]:
     """Hold lock ``name``; wait for it (up to ``timeout``) or raise Busy at once when ``wait`` is False."""
     path = state_dir() / f"{name}.lock"
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if is_disk_full(exc):  # no inode left for the lock file
+            raise disk_full(path, what="creating the lock file", hint=_full_hint(path)) from None
+        raise
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -1,11 +1,13 @@
 """Where envctl keeps its files: one place for every directory it writes."""
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import stat
 from pathlib import Path
 
-from envctl.errors import UsageError
+from envctl.errors import DiskSpaceError, UsageError
 from envctl.validate import env_value, validate_relative_path, validate_site_name
 
 
@@ -116,3 +118,56 @@ def executable_file(path: str | os.PathLike[str], what: str) -> Path:
     if not st.st_mode & 0o111 or not os.access(p, os.X_OK):
         raise UsageError(f"{what} {p} is not executable", f"chmod +x it, or {fix}")
     return p
+
+
+# -- a full filesystem (issue #32): one line naming where, how much is free and how much was needed --
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the filesystem (or the user's quota on it) is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+def human_bytes(n: int | float) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def mount_point(path: str | os.PathLike[str]) -> Path:
+    """The mount point of the filesystem ``path`` is (or would be) on."""
+    p = _existing(Path(os.path.abspath(path)))
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def free_space(path: str | os.PathLike[str]) -> int:
+    """Bytes free for this user on the filesystem of ``path`` (or of its first existing parent)."""
+    try:
+        return shutil.disk_usage(_existing(Path(os.path.abspath(path)))).free
+    except OSError:
+        return 0
+
+
+def disk_full(path: str | os.PathLike[str], need: int | None = None, *, what: str = "writing",
+              hint: str | None = None, kept: str = "nothing half-written was kept") -> DiskSpaceError:
+    """The one-line error for a write to ``path`` that found its filesystem full (the caller has removed
+    what it had half-written): the filesystem's mount point, what is free there and, when known, what
+    the write needed."""
+    p = Path(os.path.abspath(path))
+    needs = f": it needs {human_bytes(need)}" if need else ""
+    return DiskSpaceError(
+        f"not enough space on the filesystem at {mount_point(p)} ({human_bytes(free_space(p))} free) {what} {p}{needs}; "
+        + kept, hint or "free space there (or move that directory to a bigger disk) and run the command again")

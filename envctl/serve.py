@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from envctl.lab import Lab
 
 TOKEN_ENV = "ENVCTL_SERVE_TOKEN"
-STATE_CHANGING = ("/reset",)  # exact paths; plus every POST and DELETE, and a lease's /reset
+STATE_CHANGING = ("/reset",)
+DRAIN_MAX = 1 << 20  # an oversized request body up to this is read (and dropped) before the 400 is sent  # exact paths; plus every POST and DELETE, and a lease's /reset
 
 
 def token_file(instance: str) -> Path:
@@ -222,6 +223,7 @@ class Handler(BaseHTTPRequestHandler):
     """One request to the reset server. :func:`make_handler` binds what it serves (class attributes)."""
 
     server_version = "envctl-serve"
+    timeout = 15  # seconds a socket read or write may stall (a request sent half, a client gone): never a hang
     secret: bytes | None = None  # the token; None: none (only allowed on a loopback bind)
     loopback = True
     instance_routes: InstanceRoutes | None = None
@@ -308,9 +310,23 @@ class Handler(BaseHTTPRequestHandler):
             size = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             raise UsageError("invalid Content-Length") from None
-        if size > MAX_BODY or size < 0:
+        if size < 0:
+            raise UsageError("invalid Content-Length")
+        if size > MAX_BODY:
+            if size <= DRAIN_MAX:  # read what was sent before answering: a close with it unread resets the answer
+                try:
+                    self.rfile.read(size)
+                except TimeoutError:
+                    pass
+            self.close_connection = True
             raise UsageError(f"request body over {MAX_BODY} bytes")
-        return self.rfile.read(size) if size > 0 else b""
+        try:
+            data = self.rfile.read(size) if size > 0 else b""
+        except TimeoutError:  # a client that announced more than it sends holds no thread for long
+            raise UsageError(f"the request body stopped before its Content-Length ({size} bytes)") from None
+        if len(data) != size:
+            raise UsageError(f"the request body ended before its Content-Length ({len(data)} of {size} bytes)")
+        return data
 
     def _dispatch(self, method: str) -> None:
         path = self._allowed(method)

@@ -209,6 +209,7 @@ __all__ = [
     "validate_duration", "validate_host", "validate_instance_name", "validate_lab_name", "validate_name",
     "validate_port", "validate_port_offset", "validate_token", "validate_site_name", "validate_relative_path",
     "validate_registry_mirror", "validate_image_ref", "validate_ec2_inputs", "ENV_VARS", "EnvVar", "env_value",
+    "env_table",
     "env_report", "SITE_NAME_MAX", "PATH_MAX", "validate_region", "validate_memory_size",
 ]
 
@@ -435,8 +436,19 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ENVCTL_AWS_ENDPOINT_URL", "cloud: AWS endpoint (e.g. a moto server for tests)", _env_url),
     EnvVar("USER", "cloud: owner tag of the EC2 resources (default: the login name)", _env_text),
     EnvVar("PATH", "executable search path (Ansible runs with the venv's bin first)", _env_text),
+    EnvVar("TMPDIR", "temporary files (Python's tempfile): a snapshot's copies of its site's volumes before they "
+           "become an image layer (default /tmp; 'envctl doctor' warns when it runs short)", _env_path),
 )
 ENV_VAR_NAMES = frozenset(v.name for v in ENV_VARS)
+ENV_TABLE_BEGIN, ENV_TABLE_END = "<!-- env-vars:begin -->", "<!-- env-vars:end -->"
+
+
+def env_table() -> str:
+    """README's table of every variable envctl reads (name, meaning), generated from :data:`ENV_VARS` by
+    ``scripts/readme_env.py``; a test checks that README's copy agrees."""
+    rows = [f"| `{v.name}` | {v.meaning.replace('|', chr(92) + '|')}{' (secret: masked by doctor)' if v.secret else ''} |"
+            for v in ENV_VARS]
+    return "\n".join([ENV_TABLE_BEGIN, "| variable | meaning |", "|---|---|", *rows, ENV_TABLE_END])
 
 
 def env_var(name: str) -> EnvVar:

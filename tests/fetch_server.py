@@ -8,6 +8,7 @@ URL layout: ``/<mode>/<name>``, with modes
   html      a Google Drive "quota exceeded" page
   corrupt   honours Range; one byte in the middle is flipped
   slow      honours Range; ~``slow_rate`` bytes/s per connection
+  chunked   ignores Range; chunked transfer, no length announced
   gdrive    ``/gdrive/uc?export=download&id=<name>``: Drive's confirm form pointing at ``/ok/<name>``
 Used by the tests and by bench/fetch.py.
 """
@@ -101,6 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, b"not found", "text/plain")
         if mode == "html":
             return self._send(200, QUOTA_PAGE, "text/html; charset=utf-8")
+        if mode == "chunked":
+            return self._send_chunked(name, size)
         start, end = 0, size
         ranged = mode in ("ok", "drop", "corrupt", "slow") and rng is not None
         if ranged:
@@ -153,6 +156,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.wfile.flush()
             self.connection.shutdown(2)
+
+    def _send_chunked(self, name: str, size: int) -> None:
+        """The whole file, chunked: no length announced, no Range."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-tar")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for pos in range(0, size, 64 * 1024):
+                chunk = self._read(name, pos, min(pos + 64 * 1024, size))
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                with self.server.lock:
+                    self.server.sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            return
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
         self.send_response(code)

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 
+from childproc import signals_default
 from conftest import free_port
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
@@ -52,7 +53,8 @@ class Server:
             [sys.executable, "-m", "envctl", "serve", "--instance", POOL, "--instances", str(SIZE), "--flavor", "mini",
              "--sites", ",".join(SITES), "--spares", "0", "--heal-after", "3", "--max-lease", str(MAX_LEASE),
              "--base-offset", str(BASE_OFFSET), "--port", str(self.port)],
-            stdout=log, stderr=log, env=self.env, start_new_session=True)
+            stdout=log, stderr=log, env=self.env, start_new_session=True,
+            preexec_fn=signals_default)  # stop(SIGINT) must reach it under a backgrounded 'make test' too
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

@@ -24,6 +24,7 @@ import pytest
 import requests
 import yaml
 
+from childproc import signals_default
 from conftest import MINI_ALL, MINI_ALL_OFFSET, MiniAll, busy_ports_after
 from envctl.catalog import BUILTIN, Catalog, load_catalog
 
@@ -705,7 +706,8 @@ def test_ctrl_c_during_up_stops_cleanly_and_the_next_up_finishes(mini_images: Ca
     offset = free_offset([4399, 8888, 9999])
     proc = subprocess.Popen([sys.executable, "-m", "envctl.cli", "up", *sites, "--flavor", "mini", "--instance", LC4,
                              "--port-offset", str(offset), "--json", "--no-login", "--spares", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            preexec_fn=signals_default)  # a backgrounded 'make test' hands down SIGINT ignored
     try:
         seen = []
         assert proc.stderr is not None

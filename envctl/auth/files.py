@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from envctl.catalog import Catalog
+from envctl.paths import disk_full, is_disk_full
 
 SUFFIX = "_state.json"
 
@@ -69,17 +70,29 @@ def write_private(path: Path, data: Any) -> None:
 
 
 def write_temp(path: Path, data: Any) -> Path:
-    """Write JSON to a private temporary file next to ``path`` (for checking before :func:`commit`)."""
-    tmp = temp_path(path)
+    """Write JSON to a private temporary file next to ``path`` (for checking before :func:`commit`).
+    Nothing is left when it fails; a full filesystem is a DiskSpaceError naming it and the bytes needed."""
+    text = json.dumps(data, indent=2).encode()
     try:
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=2)
+        tmp = temp_path(path)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full(path, len(text), hint=_FULL_HINT) from None
+        raise
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(path, len(text), hint=_FULL_HINT) from None
         raise
     return tmp
+
+
+_FULL_HINT = "free space there (or give --auth-dir a folder on a bigger disk) and log in again"
 
 
 def commit(tmp: Path, path: Path) -> None:

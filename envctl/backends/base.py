@@ -307,6 +307,33 @@ class Backend(ABC):
     @abstractmethod
     def finish_commit(self, capture: object) -> str: ...
 
+    def discard_commit(self, capture: object) -> None:
+        """Drop a capture (finished or not) whose snapshot will not be whole: nothing of it stays."""
+
+    def commits(self, items: list[tuple[Member, str, dict[str, str], Path]]) -> list[object]:
+        """Capture each (member, tag, labels, workdir) of one snapshot, or none: when one fails (a full disk under its
+        volumes' copy) or an interrupt lands, the others' captures are discarded."""
+        caps: list[object] = []
+        try:
+            for member, tag, labels, workdir in items:
+                caps.append(self.commit(member, tag, labels, workdir))
+        except BaseException:
+            for cap in caps:
+                self.discard_commit(cap)
+            raise
+        return caps
+
+    def finish_commits(self, captures: list[object]) -> None:
+        """Finish every capture of one snapshot, or none: when one fails (or an interrupt lands), the others'
+        images are removed too, so a snapshot is whole or absent."""
+        try:
+            for cap in captures:
+                self.finish_commit(cap)
+        except BaseException:
+            for cap in captures:
+                self.discard_commit(cap)
+            raise
+
     # -- images -----------------------------------------------------------------------------------
     @abstractmethod
     def image_exists(self, ref: str) -> bool: ...

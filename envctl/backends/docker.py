@@ -14,6 +14,7 @@ hang a command forever; image loads, pulls, builds and commits are not bounded b
 """
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -30,6 +31,7 @@ from python_on_whales import Container, DockerClient, DockerException
 from python_on_whales.exceptions import NoSuchContainer, NoSuchImage, NoSuchNetwork
 
 from envctl.errors import DockerError, EngineUnavailable
+from envctl.paths import disk_full, is_disk_full
 
 __all__ = ["Engine", "ENGINE", "RunSpec", "ContainerSeen", "ContainerMemory", "ImageSeen", "Capture",
            "NoSuchContainer", "engine_timeout"]
@@ -135,6 +137,7 @@ class Capture:
     tag: str
     committed: str  # image id of the container's own layer
     context: Path | None = None
+    image: str = ""  # the finished image's id, once tagged (finish_capture)
 
 
 @dataclass(frozen=True)
@@ -403,7 +406,12 @@ class Engine:
     @_wrap
     def unpause(self, names: list[str]) -> None:
         if names:
-            self.docker.container.unpause(names)
+            try:
+                self.docker.container.unpause(names)
+            except DockerException:  # not every one frozen (a pause interrupted half-way): thaw those that are
+                frozen = self.paused(names)
+                if frozen:
+                    self.docker.container.unpause(frozen)
 
     def paused(self, names: list[str]) -> list[str]:
         """Those of ``names`` that are frozen now (e.g. left so by a process killed mid-capture)."""
@@ -429,31 +437,58 @@ class Engine:
         args = ["commit", "--pause=false"]
         for k, v in labels.items():
             args += ["--change", f"LABEL {k}={json.dumps(v)}"]
-        committed = self._cli([*args, container, tag], what=f"commit {container} {tag}", timeout=None).stdout.strip()
-        declared = self.image_volumes(tag) if with_volumes else []
-        if not declared:
-            return Capture(container, tag, committed)
-        workdir.mkdir(parents=True, exist_ok=True)
-        lines = [f"FROM {committed}"]
-        for i, path in enumerate(declared):
-            path = path.rstrip("/") or "/"
-            self.archive_out(container, path, workdir / f"volume{i}.tar")
-            lines.append(f"ADD volume{i}.tar {str(Path(path).parent).rstrip('/')}/")
-        (workdir / "Dockerfile").write_text("\n".join(lines) + "\n")
+        # untagged until finish_capture: a capture that fails half-way (a full disk under the volumes' tars)
+        # leaves no image under the tag, and its layer is removed here
+        committed = self._cli([*args, container], what=f"commit {container} {tag}", timeout=None).stdout.strip()
+        try:
+            declared = self.image_volumes(committed) if with_volumes else []
+            if not declared:
+                return Capture(container, tag, committed)
+            workdir.mkdir(parents=True, exist_ok=True)
+            lines = [f"FROM {committed}"]
+            for i, path in enumerate(declared):
+                path = path.rstrip("/") or "/"
+                self.archive_out(container, path, workdir / f"volume{i}.tar")
+                lines.append(f"ADD volume{i}.tar {str(Path(path).parent).rstrip('/')}/")
+            (workdir / "Dockerfile").write_text("\n".join(lines) + "\n")
+        except BaseException as exc:
+            self.discard_capture(Capture(container, tag, committed))
+            if is_disk_full(exc):
+                raise disk_full(workdir, what="to copy the volumes of", kept="nothing was committed",
+                                hint="free space there (or set TMPDIR to a directory on a bigger disk) and run the "
+                                     "command again") from None
+            raise
         return Capture(container, tag, committed, workdir)
+
+    def discard_capture(self, cap: Capture) -> None:
+        """Remove what a capture made: its untagged layer, and its image once finished (while its tag still names
+        it: a snapshot another member's failure leaves half-made is removed whole)."""
+        if cap.image and self.image_id(cap.tag) == cap.image:
+            self.remove_images_quietly([cap.tag])
+        self.remove_images_quietly([cap.committed])
 
     def finish_capture(self, cap: Capture) -> str:
         """Tag the image of a :class:`Capture` (building the volume layer when there is one); its id."""
         if cap.context is None:
+            self.tag_image(cap.committed, cap.tag)
+            cap.image = cap.committed
             return cap.committed
-        self.build(cap.context, cap.tag)
-        return self.image_id(cap.tag)
+        try:
+            self.build(cap.context, cap.tag)
+        except BaseException:
+            self.discard_capture(cap)
+            raise
+        cap.image = self.image_id(cap.tag)
+        return cap.image
 
     def archive_out(self, name: str, path: str, dest: Path) -> None:
         """Write a tar of ``path`` in a (stopped or running) container, volumes included, to ``dest``."""
         with open(dest, "wb") as out:
             proc = subprocess.run(self.argv("cp", f"{name}:{path}", "-"), stdout=out, stderr=subprocess.PIPE)
         if proc.returncode != 0:
+            dest.unlink(missing_ok=True)
+            if b"no space left on device" in proc.stderr.lower():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
             raise DockerError(f"'docker cp {name}:{path} -' failed: {proc.stderr.decode(errors='replace').strip()[-300:]}")
 
     # -- images ---------------------------------------------------------------------------------------

@@ -159,6 +159,9 @@ class LocalBackend(Backend):
     def finish_commit(self, capture: object) -> str:
         return self.engine.finish_capture(capture)  # type: ignore[arg-type]
 
+    def discard_commit(self, capture: object) -> None:
+        self.engine.discard_capture(capture)  # type: ignore[arg-type]
+
     # -- images -----------------------------------------------------------------------------------
     def image_exists(self, ref: str) -> bool:
         return self.engine.image_exists(ref)

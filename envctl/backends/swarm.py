@@ -551,6 +551,9 @@ class SwarmBackend(Backend):
         self._push_from(eng, cap.tag)
         return str(image_id)
 
+    def discard_commit(self, capture: object) -> None:
+        capture[0].discard_capture(capture[1])  # type: ignore[index]
+
     def _push_from(self, eng: Engine, tag: str) -> None:
         """Push ``tag`` (made on the engine ``eng``) to the registry, so that every node can boot it."""
         eng.tag_image(tag, self.ref(tag))

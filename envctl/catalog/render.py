@@ -4,10 +4,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Mapping
 
-
 from envctl.errors import UnknownSite
+from envctl.paths import confined
 from envctl.catalog.model import Catalog, Site
 from envctl.secrets import mask_data, mask_text
 
@@ -90,6 +91,16 @@ class Renderer:
 
     def argv(self, argv: tuple[str, ...]) -> list[str]:
         return [self(a) for a in argv]
+
+    def volume_source(self, source: str) -> str:
+        """A volume's source as a copy is booted with it: a named volume rendered, a ``{data_dir}/<path>``
+        bind mount confined again now, at use (the loader checked the text; a symbolic link put under the data
+        directory since, e.g. by another user or a restored backup, must not give a container a host path
+        outside it): resolved with links followed, refused in one line unless it stays inside."""
+        if not source.startswith("{data_dir}/") or not self.deployment.data_dir:
+            return self(source)
+        return str(confined(Path(self.deployment.data_dir), source[len("{data_dir}/"):],
+                            f"{self.site_name}: the bind-mount source"))
 
     def env(self, benchmark: str) -> dict[str, str]:
         return {k: self(v) for k, v in self.site.env.get(benchmark, {}).items()}

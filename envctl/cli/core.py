@@ -3,20 +3,24 @@
 
 Errors are handled once, at the root group: every ``EnvctlError`` becomes one line
 ``error: ... ; hint`` and its exit code (1 runtime, 2 usage); anything unexpected prints one line
-and writes the traceback to a debug log. ``--instance``, ``--flavor`` and ``--json`` are declared
+and writes the traceback to a debug log. Ctrl-C (exit 130) and SIGTERM (exit 143) unwind the same way
+(:func:`sigterm_unwinds`). ``--instance``, ``--flavor`` and ``--json`` are declared
 once below and shared by every command that takes them.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
 from envctl import __version__
-from envctl.errors import EnvctlError, UsageError
+from envctl.errors import EnvctlError, Terminated, UsageError
 
 if TYPE_CHECKING:
     from envctl.catalog import Catalog
@@ -47,21 +51,47 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While a command runs, SIGTERM raises :class:`~envctl.errors.Terminated` (a KeyboardInterrupt) in the
+    main thread, so a script's ``kill``, a CI runner's or a service manager's stop unwinds the command as
+    Ctrl-C does instead of killing it mid-step. Only the first SIGTERM raises: a second one does not break
+    the unwinding of the first (SIGKILL still ends the process). A SIGTERM that the caller ignores stays
+    ignored; the previous handler is put back afterwards (a command run in-process, e.g. by a test)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    fired: list[int] = []
+
+    def on_term(_signum: int, _frame: object) -> None:
+        if not fired:
+            fired.append(1)
+            raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class EnvctlGroup(click.Group):
     """The one boundary where errors become one line on stderr and an exit code (1 runtime, 2 usage)."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
-        try:
-            super().main(*args, **kwargs)
-        except click.ClickException as exc:  # usage errors: one line, not click's three
-            cmd = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "envctl"
-            click.echo(f"error: {exc.format_message()} (see '{cmd} --help')", err=True)
-            sys.exit(exc.exit_code)
-        except click.Abort:
-            click.echo("error: aborted", err=True)
-            sys.exit(1)
-        sys.exit(0)
+        with sigterm_unwinds():
+            try:
+                super().main(*args, **kwargs)
+            except click.ClickException as exc:  # usage errors: one line, not click's three
+                cmd = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "envctl"
+                click.echo(f"error: {exc.format_message()} (see '{cmd} --help')", err=True)
+                sys.exit(exc.exit_code)
+            except click.Abort:
+                click.echo("error: aborted", err=True)
+                sys.exit(1)
+            sys.exit(0)
 
     def invoke(self, ctx: click.Context) -> Any:
         rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]  # the subcommand's words, before they are parsed
@@ -71,9 +101,10 @@ class EnvctlGroup(click.Group):
         except EnvctlError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted; nothing half-done is kept as ready — run the command again to finish", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): the same unwinding, the same promise
+            how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            click.echo(f"{how}; nothing half-done is kept as ready — run the command again to finish", err=True)
+            sys.exit(143 if isinstance(exc, Terminated) else 130)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary for unexpected errors
@@ -81,7 +112,12 @@ class EnvctlGroup(click.Group):
                 click.echo("error: the Docker engine stopped answering; start it (sudo scripts/docker-engine.sh) "
                            "and run the command again: the next command repairs what was half-done", err=True)
                 sys.exit(1)
-            from envctl.locks import write_debug_log
+            from envctl.locks import disk_full, is_disk_full, write_debug_log
+
+            if is_disk_full(exc):  # a write no module turned into its own message: still one line naming the place
+                assert isinstance(exc, OSError)
+                click.echo(f"error: {disk_full(exc.filename or os.getcwd())}", err=True)
+                sys.exit(1)
 
             log = write_debug_log(traceback.format_exc())  # <state dir>/debug.log, 0600, no symlinks
             where = f"traceback in {log}" if log else "no debug log could be written"

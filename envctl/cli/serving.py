@@ -53,6 +53,8 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
         validate_token(token)
     names = [n.strip() for n in (pool_sites or "").split(",") if n.strip()]
     pool_site_names = ctx.catalog.resolve(names) if names else None
+    if instances is not None and instances.strip().lower() != "auto":  # a count and ports out of range: refused
+        _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)  # before the engine is asked
     if instances is not None:
         flavor = _pool_flavor(ctx, instance, flavor, ctx.catalog.resolve(pool_site_names, all_sites=not pool_site_names))
     size = _pool_size(ctx, instances, instance, flavor, pool_site_names, spares, base_offset)
@@ -117,12 +119,17 @@ def _pool_size(ctx: Ctx, instances: str | None, instance: str, flavor: str | Non
             raise UsageError(f"--instances {instances[:20]!r} is not a number", "give 1 to 64, or 'auto'") from None
         if not 1 <= size <= 64:
             raise UsageError(f"--instances {size} is out of range", "give 1 to 64, or 'auto'")
+    from envctl.validate import PORT_OFFSET_MAX
+
     names = ctx.catalog.resolve(sites, all_sites=not sites)
     top = max(p for n in names for p in ctx.catalog.site(n).public_ports().values())
-    if top + base_offset + 1000 * (size - 1) > 65535:
-        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need ports up to "
-                         f"{top + base_offset + 1000 * (size - 1)}, past 65535",
+    last = base_offset + 1000 * (size - 1)  # the last member's offset, when every one before it is free
+    if top + last > 65535:
+        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need ports up to {top + last}, past 65535",
                          "give a lower --base-offset or fewer --instances")
+    if last > PORT_OFFSET_MAX:
+        raise UsageError(f"{size} instance(s) from --base-offset {base_offset} need port offsets up to {last}, past "
+                         f"{PORT_OFFSET_MAX}", "give a lower --base-offset or fewer --instances")
     return size
 
 

@@ -114,12 +114,7 @@ def snapshot_create(ctx: Ctx, site: str, name: str, warm: bool, clean_stop: bool
     """Commit SITE's state (volumes included) as NAME while it keeps serving (frozen for the commit only)."""
     from envctl.render import emit_json
 
-    import signal
-
-    def stop(_signum: int, _frame: object) -> None:
-        raise SystemExit(143)  # unwinds, so a site frozen for the commit is unpaused
-
-    signal.signal(signal.SIGTERM, stop)
+    # SIGTERM unwinds as Ctrl-C does (cli.core.sigterm_unwinds): a site frozen for the commit is unpaused
     res = ctx.lab(instance, auth_dir).snapshot_create(ctx.catalog.resolve([site])[0], name, warm=warm,
                                                       clean_stop=clean_stop)
     if as_json:

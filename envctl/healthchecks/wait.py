@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 from envctl.errors import UsageError
 
@@ -83,3 +84,14 @@ def wait_for(check: Callable[[], tuple[bool, T]], *, timeout: float, first: floa
         if ok:
             break
     return ok, value  # type: ignore[return-value]
+
+
+def gather(futures: Iterable["Future[T]"], cancel: threading.Event) -> list[T]:
+    """The futures' results, in order. Ctrl-C or SIGTERM (a KeyboardInterrupt in the waiting main thread) sets
+    ``cancel`` first, so the workers stop at their next wait (a copy being booted is removed as they unwind)
+    instead of finishing their work while the interrupted caller waits for them."""
+    try:
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        cancel.set()
+        raise

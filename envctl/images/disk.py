@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envctl.errors import DiskSpaceError
+from envctl.paths import human_bytes
 
 BUDGET_ENV = "ENVCTL_DISK_BUDGET_BYTES"
 
@@ -85,9 +86,4 @@ def check_space(needs: list[Need]) -> list[SpaceCheck]:
 
 
 def human(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
+    return human_bytes(n)

@@ -284,7 +284,8 @@ class _DirWriter:
             shutil.rmtree(old)
 
     def abort(self) -> None:
-        pass  # the .extracting directory stays until the next run replaces it; it never looks complete
+        # never resumed from (the next run starts it again), and on a full disk it holds the space that is missing
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 _VOLUME_SCRIPT = f"""set -e

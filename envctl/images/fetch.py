@@ -16,6 +16,7 @@ name the mirror. ``gdrive`` share links go through the usual confirm-form flow f
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import html
 import json
@@ -30,7 +31,8 @@ from urllib.parse import urlencode, urljoin
 
 import requests
 
-from envctl.errors import ChecksumMismatch, FetchError
+from envctl.errors import ChecksumMismatch, DiskSpaceError, FetchError
+from envctl.paths import disk_full, human_bytes, is_disk_full
 
 CHUNK = 1 << 20
 READ_BYTES = 256 * 1024  # per socket read: small enough for timely progress and Ctrl-C
@@ -195,7 +197,7 @@ def _short(exc: BaseException) -> str:
 def _chunks(resp: requests.Response, mirror: str, url: str, t: Timeouts) -> Iterator[bytes]:
     """Body chunks; a stall or a drop becomes a FetchError marked resumable by the caller."""
     try:
-        for chunk in resp.iter_content(READ_BYTES):
+        for chunk in _pieces(resp):
             if chunk:
                 yield chunk
     except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
@@ -210,10 +212,26 @@ class _Dropped(FetchError):
     """A connection ended early; resumable when the server honours Range."""
 
 
+def _pieces(resp: requests.Response) -> Iterator[bytes]:
+    """The one decoding iterator of a response's body: the sniffed head and the rest both come from it. (Reading
+    the head with ``raw.read`` and the rest with ``iter_content`` broke every chunked body: http.client's and
+    urllib3's chunk parsers disagreed about where the first chunk ended.)"""
+    pieces = getattr(resp, "_envctl_pieces", None)
+    if pieces is None:
+        pieces = resp.iter_content(READ_BYTES)
+        setattr(resp, "_envctl_pieces", pieces)
+    return pieces
+
+
 def _sniff(resp: requests.Response, mirror: str, url: str, expect: Expect) -> bytes:
-    """The first bytes of the body, checked to be what ``expect`` says (not an HTML page)."""
+    """The first bytes of the body (at least ``HEAD_BYTES`` when there are as many), checked to be what ``expect``
+    says (not an HTML page)."""
+    head = b""
     try:
-        head = resp.raw.read(HEAD_BYTES, decode_content=True) or b""
+        for piece in _pieces(resp):
+            head += piece
+            if len(head) >= HEAD_BYTES:
+                break
     except Exception as exc:  # urllib3 protocol / timeout errors
         resp.close()
         raise FetchError(f"mirror {mirror} dropped the connection before sending any data ({url}): {_short(exc)}",
@@ -301,8 +319,12 @@ class _Plan:
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"total": self.total, "segments": [[s.start, s.end, s.done] for s in self.segments]}))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps({"total": self.total, "segments": [[s.start, s.end, s.done] for s in self.segments]}))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path: Path, total: int) -> "_Plan | None":
@@ -317,8 +339,34 @@ class _Plan:
 
 
 def _discard(dest: Path) -> None:
-    for p in (partial_path(dest), state_path(dest)):
+    for p in (partial_path(dest), state_path(dest), state_path(dest).with_name(state_path(dest).name + ".tmp")):
         p.unlink(missing_ok=True)
+
+
+def _room(fd: int, size: int) -> None:
+    """ENOSPC unless what the file open on ``fd`` still lacks of ``size`` bytes fits on its filesystem: a disk
+    too small fails before a byte is fetched, not when it fills."""
+    st, fs = os.fstat(fd), os.fstatvfs(fd)
+    if size - st.st_blocks * 512 > fs.f_bavail * fs.f_frsize:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Give the partial file its whole length (sparse), once :func:`_room` says it fits."""
+    _room(fd, size)
+    if os.fstat(fd).st_size < size:
+        os.truncate(fd, size)
+
+
+def _full(dest: Path, total: int | None, done: int | None) -> DiskSpaceError:
+    """The partial download of ``dest`` removed after its filesystem filled: one line naming it, and what it
+    needs (the announced length; without one, more than what fitted)."""
+    _discard(dest)
+    kept = "the partial file was removed"
+    if not total and done:
+        kept = f"it needs more than the {human_bytes(done)} that fitted (the mirror announced no length); {kept}"
+    return disk_full(dest, total, what="to download", kept=kept,
+                     hint="free space there (or point ENVCTL_DATA_DIR at a bigger disk) and run 'envctl images get' again")
 
 
 def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = None,
@@ -332,8 +380,24 @@ def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = N
     that announced length before any byte is written and may raise to refuse the mirror.
     A checksum or size mismatch deletes the partial bytes and raises ChecksumMismatch naming the
     mirror. Interrupts (KeyboardInterrupt, errors) keep the partial file and its range record so
-    the next call resumes.
+    the next call resumes. A full filesystem removes them (the space is given back) and raises
+    DiskSpaceError naming it, what is free and the file's size; with a known length that is found
+    before any byte is fetched (the partial file is allocated whole first).
     """
+    try:
+        return _download(url, dest, mirror=mirror, expected_size=expected_size, expected_sha256=expected_sha256,
+                         expect=expect, segments=segments, progress=progress, timeouts=timeouts, session=session,
+                         check_total=check_total)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise _full(dest, getattr(exc, "envctl_total", None), getattr(exc, "envctl_done", None)) from None
+
+
+def _download(url: str, dest: Path, *, mirror: str, expected_size: int | None, expected_sha256: str | None,
+              expect: Expect, segments: int, progress: ProgressFn | None, timeouts: Timeouts,
+              session: requests.Session | None, check_total: TotalCheck | None) -> Downloaded:
+    """:func:`download`, but a full disk surfaces as the OSError (carrying ``envctl_total``)."""
     began = time.monotonic()
     session = session or _session()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -363,12 +427,19 @@ def download(url: str, dest: Path, *, mirror: str, expected_size: int | None = N
         opener = [head, body]
         try:
             digest = _fetch_segments(session, url, part, state, plan, mirror, timeouts, progress, opener)
+        except OSError as exc:
+            exc.envctl_total = total  # type: ignore[attr-defined]
+            raise
         finally:
             body.close()  # type: ignore[attr-defined]
         size, used = total, sum(1 for s in plan.segments if s.end > s.start)
     else:
         resumed = 0
-        digest, size = _fetch_single(part, head, body, total, progress, _RateWatch(timeouts, mirror))
+        try:
+            digest, size = _fetch_single(part, head, body, total, progress, _RateWatch(timeouts, mirror))
+        except OSError as exc:
+            exc.envctl_total = total  # type: ignore[attr-defined]
+            raise
         state.unlink(missing_ok=True)
         used = 1
 
@@ -394,6 +465,8 @@ def _fetch_single(part: Path, head: bytes, body: Iterator[bytes], total: int | N
     h = hashlib.sha256()
     done = 0
     with open(part, "wb") as out:
+        if total:
+            _room(out.fileno(), total)
         try:
             for chunk in _prepend(head, body):
                 out.write(chunk)
@@ -405,6 +478,9 @@ def _fetch_single(part: Path, head: bytes, body: Iterator[bytes], total: int | N
         except _Dropped as exc:
             raise FetchError(f"{exc.message} after {done} of {total or '?'} bytes, and it does not support Range, "
                              "so the download cannot resume", "try another mirror (--mirror NAME)") from exc
+        except OSError as exc:
+            exc.envctl_done = done  # type: ignore[attr-defined]
+            raise
         finally:
             body.close()  # type: ignore[attr-defined]
     return h.hexdigest(), done
@@ -430,8 +506,7 @@ def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path
         pass
     fd = os.open(part, os.O_RDWR)
     try:
-        if os.fstat(fd).st_size < plan.total:
-            os.truncate(fd, plan.total)
+        _reserve(fd, plan.total)
         cond = threading.Condition()
         stop = threading.Event()
         errors: list[BaseException] = []

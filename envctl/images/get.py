@@ -35,7 +35,7 @@ from envctl.images import disk, fetch, registry
 from envctl.images import extract as ex
 from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
 from envctl.images.lock import LockFile, Pin, downloads_dir
-from envctl.paths import confined, data_dir as site_data_dir
+from envctl.paths import confined, data_dir as site_data_dir, disk_full, is_disk_full
 from envctl.validate import env_value
 from envctl.backends.docker import ENGINE as dk
 
@@ -429,6 +429,9 @@ def _unpack(site: str | None, art: ArtifactLike, res: GetResult, opts: Options, 
                          labels={"envctl.site": site} if site else None,
                          progress=lambda n, t: emit(Event("progress", art.name, site, "extract", n, t)))
     except (EnvctlError, OSError) as exc:
+        if is_disk_full(exc):  # the extract removed its half-written directory
+            exc = disk_full(Path(ex.resolve(art.extract, opts.data_root, opts.instance)[0].where), what="to unpack into",
+                            kept="the half-unpacked files were removed")
         msg = f"extracting {art.name} failed: {exc}"
         emit(Event("error", art.name, site, message=msg))
         return replace(res, action="failed", error=msg, seconds=res.seconds + time.monotonic() - began)
@@ -692,15 +695,25 @@ def export_image(tag: str, file: Path, *, progress: Callable[[int], None] | None
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         if proc.wait() != 0:
             raise DockerError(f"docker save {tag} failed: {err.strip()[-300:]}", "check the tag with 'docker images'")
-    except BaseException:
+    except BaseException as exc:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         part.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(file, what="to export into", kept="the partial file was removed") from None
         raise
-    os.replace(part, file)
     sha = h.hexdigest()
-    file.with_name(file.name + ".sha256").write_text(f"{sha}  {file.name}\n")
+    side = file.with_name(file.name + ".sha256")
+    try:
+        side.write_text(f"{sha}  {file.name}\n")
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        side.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(side, what="writing", kept="the partial export was removed") from None
+        raise
+    os.replace(part, file)  # last: a file without its .sha256 is never left
     return Exported(file, size, sha)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from envctl.errors import ChecksumMismatch, FetchError
-from envctl.paths import data_root as data_dir
+from envctl.paths import data_root as data_dir, disk_full, is_disk_full
 
 LOCK_VERSION = 1
 
@@ -124,8 +124,15 @@ class LockFile:
         body = {"version": LOCK_VERSION, "artifacts": {
             n: {k: v for k, v in asdict(p).items() if k != "name" and v is not None} for n, p in sorted(pins.items())}}
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(tmp, self.path)
+        text = json.dumps(body, indent=2) + "\n"
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, self.path)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if is_disk_full(exc):
+                raise disk_full(self.path, len(text.encode()), kept="the pin file is unchanged") from None
+            raise
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -66,7 +66,7 @@ def _number(value: Any, what: str, example: str) -> float:
         raise UsageError(f"invalid {what} {str(value)[:40]!r}", f"give a number of seconds, e.g. {example}")
     try:
         out = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a JSON integer of hundreds of digits
         raise UsageError(f"invalid {what} {str(value)[:40]!r}", f"give a number of seconds, e.g. {example}") from None
     if out != out or out in (float("inf"), float("-inf")):
         raise UsageError(f"{what} {str(value)[:40]} is not a finite number", f"give a number of seconds, e.g. {example}")

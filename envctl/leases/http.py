@@ -94,8 +94,8 @@ class LeaseRoutes:
         parts = path.strip("/").split("/")
         try:
             route = self._route(method, parts)
-            if route is None:
-                return Reply(404 if method == "GET" else 405, "not found")
+            if route is None:  # a lease client reads JSON: an unknown route answers it too
+                return as_json(404 if method == "GET" else 405, {"error": f"no route {method} {path[:80]}"})
             return route(parts, query, body, client)
         except NoFreeInstance as exc:  # the message alone: the client adds its own hint
             return as_json(503, {"error": exc.message.splitlines()[0], "retry_after": exc.retry_after},

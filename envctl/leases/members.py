@@ -11,7 +11,7 @@ from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, UsageError
 from envctl.leases.pool import FREE, Conflict, Member, Pool
 from envctl.locks import state_dir
-from envctl.validate import validate_instance_name
+from envctl.validate import PORT_OFFSET_MAX, validate_instance_name
 
 
 def auth_dir(instance: str) -> Path:
@@ -120,9 +120,10 @@ class Members:
         probe = members[0].lab
         while len(out) < len(members):
             mine = {p + offset for p in ports}
-            if max(mine) > 65535:
+            if max(mine) > 65535 or offset > PORT_OFFSET_MAX:  # no retry can help: the pool says so and stops trying
                 raise UsageError(f"no free port offsets from {self.base_offset} for {len(members)} instance(s) of "
-                                 f"{', '.join(sites)} (ports up to {max(ports)} + offset must stay below 65536)",
+                                 f"{', '.join(sites)} (ports up to {max(ports)} + offset must stay below 65536, "
+                                 f"offsets at most {PORT_OFFSET_MAX})",
                                  "free some ports, give a lower --base-offset, or serve fewer --instances")
             if not mine & taken and probe.ports_free(sorted(mine), self.bind):
                 out.append(offset)

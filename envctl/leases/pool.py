@@ -216,11 +216,34 @@ class Pool(Watch):
         return self
 
     def stop(self) -> None:
+        """Stop the worker (Ctrl-C, SIGTERM, or the server's end) and say what the next server finds."""
         self.stop_event.set()
         with self.cond:
             self.cond.notify_all()
         for t in self.threads:
             t.join(timeout=10)
+        for line in self.left():
+            self.log(line)
+
+    def left(self) -> list[str]:
+        """What a stopped pool leaves, one line per member with something to say: a held lease is kept (its
+        record is the instance's own: the next server of the pool honours it until it expires), a release or
+        a bring-up half-done is finished by the next server."""
+        out = []
+        with self.cond:
+            members = sorted(self.members.values(), key=lambda m: m.name)
+        for m in members:
+            if m.state == LEASED and m.lease.get("id"):
+                out.append(f"pool {self.name} stopped: lease {m.lease['id']} on {m.name} (holder "
+                           f"{str(m.lease.get('holder', ''))[:60] or '?'}) is kept until {_iso(float(m.lease.get('expires', 0)))}: "
+                           f"its record stays in the instance and the next 'envctl serve' of pool {self.name} honours it")
+            elif m.state == RELEASING:
+                out.append(f"pool {self.name} stopped while {m.name} was being reset after a release: the next "
+                           f"'envctl serve' of pool {self.name} resets it again before it is leased")
+            elif m.state == STARTING and not self.starting_error:
+                out.append(f"pool {self.name} stopped while {m.name} was being brought up: the next 'envctl serve' "
+                           f"of pool {self.name} finishes it")
+        return out
 
     def worker(self) -> None:
         """Expire leases whose heartbeat stopped, reclaim hung ones, retry broken instances, heal sites."""

@@ -221,6 +221,7 @@ def control_url(bind: str, ports: list[int]) -> str:
 
 def remember(instance: str, ctl: Control) -> None:
     _CONTROLS[instance] = ctl
+    tmp: Path | None = None
     try:
         f = control_cache(instance)
         tmp = f.with_name(f".{f.name}.{os.getpid()}")
@@ -229,7 +230,8 @@ def remember(instance: str, ctl: Control) -> None:
             json.dump({"url": ctl.url, "token": ctl.token}, out)
         os.replace(tmp, f)
     except (EnvctlError, OSError):
-        pass  # only a hint
+        if tmp is not None:  # only a hint; a full disk leaves no half-written one
+            tmp.unlink(missing_ok=True)
 
 
 def forget(instance: str) -> None:

@@ -43,12 +43,12 @@ def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progr
         if name == "golden":
             made = _golden(inst, copy, progress, timings)
         else:
-            cap = snapshots.capture_live(inst, copy, name, progress, clean_stop=clean_stop)
+            with login_state.stashing(logins, site, name):  # staged first: a full disk stops it before the capture
+                cap = snapshots.capture_live(inst, copy, name, progress, clean_stop=clean_stop)
             made = Made(cap.tags, cap.fingerprint, cap.method, cap.attempts, cap.note)
             timings.update(cap.timings)
             if cap.method == "stop":
                 inst.wait_healthy(copy, progress, public=True)
-            login_state.stash(logins, site, name)
         timings["capture"] = time.monotonic() - t
     if name != "golden":
         # warm copies booted from the images this snapshot replaces are stale

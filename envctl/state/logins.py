@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
+from typing import Iterator
 
 from envctl.auth import Target, combo_of, login_combos, login_sites, state_name
 from envctl.auth.files import login_order, write_private
@@ -19,6 +21,7 @@ from envctl.auth.check import ProbeSpec
 from envctl.auth.httplogin import probe_state
 from envctl.errors import NoBrowser
 from envctl.instance import Instance
+from envctl.paths import disk_full, is_disk_full
 from envctl.routing.table import RoutingTable
 
 
@@ -113,16 +116,41 @@ def site_files(folder: Path, site: str) -> list[Path]:
 
 def stash(logins: Logins, site: str, name: str) -> int:
     """Keep a copy of ``site``'s login files as of snapshot ``name`` (their sessions are in it); how many."""
+    with stashing(logins, site, name) as count:
+        return count
+
+
+@contextmanager
+def stashing(logins: Logins, site: str, name: str) -> Iterator[int]:
+    """Copy ``site``'s login files for snapshot ``name`` into a folder beside its stash *before* the block
+    (the capture) runs, and put it in place of the old stash only when the block succeeds; yields how
+    many files. A failure on either side leaves the old stash and no part of the new one; a full disk is
+    a DiskSpaceError naming it, before anything is captured."""
     dest = logins.stash(site, name)
-    shutil.rmtree(dest, ignore_errors=True)
+    staged = dest.with_name(f".{dest.name}.new")
+    shutil.rmtree(staged, ignore_errors=True)
     files = site_files(logins.auth_dir, site)
-    if not files:
-        return 0
-    dest.mkdir(parents=True, mode=0o700)
-    for f in files:
-        shutil.copyfile(f, dest / f.name)
-        os.chmod(dest / f.name, 0o600)
-    return len(files)
+    try:
+        if files:
+            staged.mkdir(parents=True, mode=0o700)
+            for f in files:
+                shutil.copyfile(f, staged / f.name)
+                os.chmod(staged / f.name, 0o600)
+    except BaseException as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full(dest, sum(f.stat().st_size for f in files), what="stashing the login files of the snapshot in",
+                            hint="free space there (or give --auth-dir a folder on a bigger disk) and create the "
+                                 "snapshot again: nothing was captured") from None
+        raise
+    try:
+        yield len(files)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    if files:
+        os.replace(staged, dest)
 
 
 def drop_stash(logins: Logins, site: str, name: str) -> None:
@@ -158,9 +186,15 @@ def after_restore(inst: Instance, logins: Logins, site: str, name: str) -> str:
         stashed = logins.stash(site, name) / f.name
         if stashed.is_file() and not file_problem(inst, stashed):
             tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
-            shutil.copyfile(stashed, tmp)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, f)
+            try:
+                shutil.copyfile(stashed, tmp)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, f)
+            except BaseException as exc:
+                tmp.unlink(missing_ok=True)
+                if is_disk_full(exc):
+                    raise disk_full(f, stashed.stat().st_size) from None
+                raise
             action = "stash"
         else:
             bad.append(f.name)
@@ -170,5 +204,5 @@ def after_restore(inst: Instance, logins: Logins, site: str, name: str) -> str:
     return action
 
 
-__all__ = ["Logins", "renew", "renew_or_note", "install_staged", "drop_staged", "site_files", "stash", "drop_stash",
+__all__ = ["Logins", "renew", "renew_or_note", "install_staged", "drop_staged", "site_files", "stash", "stashing", "drop_stash",
            "file_problem", "after_restore"]

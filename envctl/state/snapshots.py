@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from envctl.backends.base import Copy
-from envctl.errors import UsageError
+from envctl.errors import EnvctlError, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.instance import Instance
 
@@ -158,6 +158,7 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     more, then the clean stop."""
     site = copy.site
     tags = snapshot_tags(inst, site, name)
+    drop_leftovers(inst, site)
     timings: dict[str, float] = {}
     why = "clean stop asked for" if clean_stop else needs_clean_stop(inst, site)
     t = time.monotonic()
@@ -184,6 +185,21 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     inst.commit_copy(copy, tags, _snapshot_labels(inst, copy, name, fp))
     timings["stop_commit_start"] = time.monotonic() - t
     return LiveCapture(tags, fp, "stop", 1, timings, f"clean stop: {why}")
+
+
+def drop_leftovers(inst: Instance, site: str) -> list[str]:
+    """Remove the untagged snapshot images of ``site`` in ``inst``: a capture whose process was killed while the
+    engine committed (the engine finishes a commit its client left), or a snapshot's former images once it was taken
+    again. The caller holds the site's reset lock, so no capture of the site is in flight. Their ids."""
+    gone = []
+    for img, img_tags, labels, _ in inst.images_labelled("envctl.snapshot"):
+        if not img_tags and labels.get("envctl.instance") == inst.name and labels.get("envctl.site") == site:
+            try:
+                inst.remove_image(img)
+                gone.append(img)
+            except EnvctlError:  # still in use (a warm copy booted from a former snapshot): its removal's business
+                continue
+    return gone
 
 
 def labelled_fingerprint(inst: Instance, tags: dict[str, str]) -> Fingerprint | None:

@@ -161,7 +161,10 @@ def choose_flavor(catalog: Catalog, instance: str, sites: list[str]) -> tuple[st
 
 def check_images(inst: Instance, sites: list[str]) -> None:
     """ImageMissing, in one line naming the command that gets or builds them, unless every image of ``sites`` (in
-    the instance's flavor) is on the backend."""
+    the instance's flavor) is on the backend. First each site's bind-mount sources are confined to the data directory
+    now, before anything is made (a symbolic link put there since the catalog was loaded: one line)."""
+    for n in sites:
+        inst.spec(n, role="active")
     missing = inst.missing_images(sites)
     if not missing:
         return
