@@ -13,7 +13,7 @@ Baseline in the same run, on the same instance while the bench holds it: what th
 before it counted requests: reset the written site, fingerprint every site (release), fingerprint every site again
 (acquire), timed. Prints p50/p95, the ratio, the tiers the pool's resets ended on and its verification counts.
 
-    python bench/turnaround.py [--n 5] [--gap 20]
+    python bench/turnaround.py [--n 5] [--gap 20] [--spares K]
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from envctl.backends.docker import ENGINE as dk
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
+from envctl.leases.members import auth_dir
 
 POOL, BASE_OFFSET = "turn", 36000
 SITES = ["shopping", "shopping_admin", "reddit", "gitlab", "map", "wikipedia", "homepage"]
@@ -93,6 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5, help="episodes")
     ap.add_argument("--gap", type=float, default=20.0, help="seconds an episode lasts (between lease and release)")
+    ap.add_argument("--spares", type=int, default=None, help="spares per site (default: the pool's, from the plan)")
     args = ap.parse_args()
     member = f"{POOL}-1"
     build_for_sites(load_catalog(), SITES, "mini")
@@ -104,7 +106,8 @@ def main() -> None:
     log = open(state / "serve.log", "ab")
     serve = subprocess.Popen([sys.executable, "-m", "envctl", "serve", "--instance", POOL, "--instances", "1",
                               "--flavor", "mini", "--sites", ",".join(SITES), "--base-offset", str(BASE_OFFSET),
-                              "--port", str(port)], stdout=log, stderr=log, start_new_session=True)
+                              "--port", str(port)] + ([] if args.spares is None else ["--spares", str(args.spares)]),
+                             stdout=log, stderr=log, start_new_session=True)
     turn: list[float] = []
     full_after_release: list[float] = []
     full_spares_back: list[float] = []
@@ -154,7 +157,7 @@ def main() -> None:
             full_spares_back.append(time.monotonic() - t)
             lease["auth"] = refreshed(url, lease)
         # baseline: the old release + acquire on the held instance (reset the written site, verify all, twice)
-        lab = Lab(instance=member)
+        lab = Lab(instance=member, auth_dir=auth_dir(member))  # the pool's member, its login files
         for _ in range(args.n):
             deadline = time.monotonic() + 600
             while not spares_back(member) and time.monotonic() < deadline:
@@ -176,7 +179,7 @@ def main() -> None:
             serve.kill()
         down([member, POOL])
 
-    print(f"\nwhole WebArena instance (mini, {len(SITES)} sites), {args.n} episodes "
+    print(f"\nwhole WebArena instance (mini, {len(SITES)} sites, spares {'from the plan' if args.spares is None else args.spares}), {args.n} episodes "
           f"(read every site, one reddit post, {args.gap:g}s each)\n")
     print("figure | p50 s | p95 s | goal")
     print(f"release -> next lease | {pct(turn, 50):.2f} | {pct(turn, 95):.2f} | p95 <= 1 s")

@@ -184,7 +184,8 @@ def register(cls: type[Tier]) -> type[Tier]:
 @register
 class Spare(Tier):
     """Route the first ready spare (a copy of the golden, verified and logged in when it was listed): a route
-    flip; its login files move into place. If a worker is booting one, wait for it (sooner than a recreate)."""
+    flip; its login files move into place. None ready: a site with in-place steps goes on to that tier (well under
+    a second); else, if a worker is booting one, wait for it (sooner than a recreate)."""
 
     name = "spare"
     then = ("inplace", "recreate")
@@ -194,6 +195,8 @@ class Spare(Tier):
         t = time.monotonic()
         taken = r.inst.take_ready(r.site, GOLDEN)
         r.phases["swap"] = time.monotonic() - t
+        if taken is None and TIERS["inplace"].usable(r.spec):
+            return "no spare ready (the in-place tier is quicker than waiting for one to boot)"
         if taken is None and ready.booting(r.inst, r.site):
             r.progress(r.site, "wait", "a spare is booting; waiting for it instead of escalating")
             t = time.monotonic()
