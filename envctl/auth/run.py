@@ -296,8 +296,40 @@ def login(target: Target, sites: Iterable[str] | None = None, *, max_age: float 
             if r.ok:
                 r.note = f"made with the browser: the HTTP login failed ({results[i].error})"
             results[i] = r
-    hdr = headers.write(target.auth_dir, target.catalog, names, target.deployment, target.flavor)
-    return Report("login", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None)
+    hdr, res = _header_login(target, names, timeout)
+    return Report("login", str(target.auth_dir), results + ([res] if res else []), time.monotonic() - start,
+                  str(hdr) if hdr else None)
+
+
+def _header_login(target: Target, names: list[str], timeout: float, *, write: bool = True) -> tuple[Path | None, FileResult | None]:
+    """The headers file for ``names`` (:mod:`envctl.auth.headers`): written (or only checked), each header
+    checked on its site; a header the site refuses is taken out of the file and reported."""
+    with_header = [s for s in names if headers.declared(target.catalog, s, target.flavor)]
+    path = target.auth_dir / headers.HEADERS_FILE
+    if not with_header:
+        return (path if path.exists() else None), None
+    start = time.monotonic()
+    res = FileResult(headers.HEADERS_FILE, tuple(with_header), False, "failed", str(path), method="http")
+    if not write and not path.exists():
+        res.action, res.error, res.hint = "missing", f"{headers.HEADERS_FILE} does not exist", "make it with 'envctl login'"
+        return None, res
+    down = [why for why in (_health(target, s) for s in with_header) if why]
+    bad = {name: down[0] for name in headers.render(target.catalog, with_header, target.flavor)} if down else \
+        headers.problems(target.catalog, with_header, target.deployment, target.flavor, dict(target.headers), timeout)
+    if write:
+        headers.write(target.auth_dir, target.catalog, with_header, target.flavor, drop=bad)
+    elif bad:  # a check: what the file holds is what the sites refuse
+        have = headers.read(path)
+        bad = {k: v for k, v in bad.items() if k in have}
+    res.seconds = time.monotonic() - start
+    if bad:
+        res.action = "failed" if write else "invalid"
+        res.kind, res.error = ("down" if down else "rejected"), flows.redact("; ".join(bad.values()), *_secrets(target.catalog))
+        res.hint = "bring the site up ('envctl up') and run 'envctl login' again" if down else \
+            f"the image does not honour the header: is flavor '{target.flavor}' built with it? ('envctl images build')"
+    else:
+        res.ok, res.action = True, "written" if write else "valid"
+    return path, res
 
 
 def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float = 30.0) -> Report:
@@ -312,4 +344,6 @@ def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float 
             if set(files.combo_of(p.name)) <= known and p.name not in planned:
                 planned.append(p.name)
     results = _run(_check_all(target, planned, timeout * 1000)) if planned else []
-    return Report("check", str(target.auth_dir), results, time.monotonic() - start)
+    hdr, res = _header_login(target, names, timeout, write=False)
+    return Report("check", str(target.auth_dir), results + ([res] if res else []), time.monotonic() - start,
+                  str(hdr) if hdr else None)
