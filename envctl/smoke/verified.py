@@ -37,6 +37,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from envctl.errors import need_extra
 from envctl.smoke.tasks import Task, TaskConfigError, fill_placeholders
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,6 @@ FORMAT = "webarena-verified"
 SITES = ("gitlab", "map", "reddit", "shopping_admin", "shopping", "wikipedia", "homepage")
 TASK_FIELDS = ("sites", "task_id", "intent_template_id", "start_urls", "intent", "intent_template",
                "instantiation_dict", "eval", "revision")
-INSTALL_HINT = "install it: pip install 'envctl[webarena-verified]' (webarena-verified from PyPI, Python >= 3.11)"
 
 
 def _aliases(url: str) -> list[str]:
@@ -84,14 +84,11 @@ def config(catalog: Catalog, env: dict[str, str], flavor: str, *, credentials: b
 # -- the installed package's dataset --------------------------------------------------------------
 
 def package_version() -> str:
-    """The installed webarena-verified's version; TaskConfigError naming the fix when it is missing."""
+    """The installed webarena-verified's version; MissingExtra naming the fix when it is missing."""
     from importlib import metadata
 
-    try:
-        return metadata.version("webarena-verified")
-    except metadata.PackageNotFoundError:
-        raise TaskConfigError("webarena-verified is not installed (its tasks are evaluated by its own evaluators)",
-                              hint=INSTALL_HINT) from None
+    need_extra("webarena-verified", "webarena-verified's tasks (judged by its own evaluators)", "webarena_verified")
+    return metadata.version("webarena-verified")
 
 
 @functools.lru_cache(maxsize=1)
