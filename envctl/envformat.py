@@ -12,10 +12,13 @@
   (it holds the benchmark accounts) to ``<auth dir>/webarena-verified.json`` or ``--out``, its path printed;
   ``--out -`` prints the config itself.
 
-Header login (:mod:`envctl.auth.headers`): where a site up logs in by header on the instance's flavor,
-``browsergym`` adds ``PW_EXTRA_HEADERS``, the path of ``<auth dir>/extra_headers.json`` (0600, written or
-refreshed here from the catalog: it holds the accounts' passwords), the file BrowserGym loads into
-every browser context; the other formats leave it out.
+Header login (:mod:`envctl.auth.headers`): asked for (``header_login=True``, ``env --header-login``) and
+where a site up logs in by header on the instance's flavor, ``browsergym`` adds ``PW_EXTRA_HEADERS``, the
+path of ``<auth dir>/extra_headers.json`` (0600, written or refreshed here from the catalog: it holds the
+accounts' passwords), the file BrowserGym and libwebarena load. Not by default: BrowserGym 0.14.3 still
+runs its form login after applying the headers, and on a site the headers already logged in that login
+waits for a "Log in" link that is not there (its ``reset`` times out); libwebarena 0.0.5's REST helpers
+expect an ``Authorization`` entry in the file. Harnesses that log in by header alone want it.
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ from pathlib import Path
 
 import envctl.auth.headers as login_headers
 from envctl.auth.files import write_private
+from envctl.errors import EnvctlError
 from envctl.lab import Lab
+from envctl.paths import output_file
 from envctl.serve import running_server_url
 from envctl.smoke.verified import config as verified_config
 
@@ -43,14 +48,14 @@ def env_json(lab: Lab) -> dict[str, Any]:
             "full_reset": reset_server_url(lab)}
 
 
-def browsergym(lab: Lab) -> dict[str, str]:
+def browsergym(lab: Lab, header_login: bool = False) -> dict[str, str]:
     out = {f"WA_{k}": v for k, v in lab.env("webarena").items()}
     out.update({f"VWA_{k}": v for k, v in lab.env("visualwebarena").items() if k != "DATASET"})
     reset = reset_server_url(lab)
     if reset:
         out["WA_FULL_RESET"] = reset
         out["VWA_FULL_RESET"] = reset
-    headers = extra_headers(lab)
+    headers = extra_headers(lab) if header_login else None
     if headers is not None:
         out["PW_EXTRA_HEADERS"] = str(headers.resolve())
     return out
@@ -78,8 +83,11 @@ def webarena_verified(lab: Lab, *, credentials: bool = True) -> dict[str, Any]:
 
 def write_webarena_verified(lab: Lab, out: str | None) -> Path:
     """Write the config (0600, atomically) to ``out`` or ``<auth dir>/webarena-verified.json``; its path."""
-    path = Path(out) if out else Path(lab.auth_dir) / "webarena-verified.json"
-    write_private(path, webarena_verified(lab))
+    path = output_file(out, "--out") if out else Path(lab.auth_dir) / "webarena-verified.json"
+    try:
+        write_private(path, webarena_verified(lab))
+    except OSError as exc:
+        raise EnvctlError(f"cannot write {path} ({exc.strerror})", "give --out a file path you can write") from None
     return path
 
 
@@ -99,17 +107,17 @@ def agentlab(catalog: Any = None) -> list[dict[str, Any]]:
     return out
 
 
-def values(lab: Lab, fmt: str, benchmark: str = "webarena") -> dict[str, str]:
+def values(lab: Lab, fmt: str, benchmark: str = "webarena", header_login: bool = False) -> dict[str, str]:
     """The flat variables of ``shell``/``dotenv``/``browsergym``."""
-    return browsergym(lab) if fmt == "browsergym" else lab.env(benchmark)
+    return browsergym(lab, header_login) if fmt == "browsergym" else lab.env(benchmark)
 
 
-def format_env(lab: Lab, fmt: str, benchmark: str = "webarena") -> str:
+def format_env(lab: Lab, fmt: str, benchmark: str = "webarena", header_login: bool = False) -> str:
     if fmt == "json":
         return json.dumps(env_json(lab), indent=2) + "\n"
     if fmt == "agentlab":
         return json.dumps(agentlab(lab.catalog), indent=2) + "\n"
-    out = values(lab, fmt, benchmark)
+    out = values(lab, fmt, benchmark, header_login)
     if fmt == "dotenv":
         return "".join(f"{k}={v}\n" for k, v in out.items())
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in out.items())

@@ -116,7 +116,10 @@ def test_login_writes_the_headers_file_and_checks_it(lab: Lab) -> None:
 def test_env_exports_the_headers_and_webarena_verifieds_config(lab: Lab, tmp_path: Path) -> None:
     from webarena_verified.types.config import WebArenaVerifiedConfig
 
-    bg = envctl("env", "--format", "browsergym", "-i", INSTANCE, "--auth-dir", str(lab.auth), "--json")
+    plain = envctl("env", "--format", "browsergym", "-i", INSTANCE, "--auth-dir", str(lab.auth), "--json")
+    assert plain.returncode == 0 and "PW_EXTRA_HEADERS" not in json.loads(plain.stdout)  # asked for only
+    bg = envctl("env", "--format", "browsergym", "--header-login", "-i", INSTANCE, "--auth-dir", str(lab.auth),
+                "--json")
     assert bg.returncode == 0, bg.stderr
     values = json.loads(bg.stdout)
     assert values["PW_EXTRA_HEADERS"] == str((lab.auth / "extra_headers.json").resolve())
@@ -146,8 +149,9 @@ def test_env_exports_the_headers_and_webarena_verifieds_config(lab: Lab, tmp_pat
     assert json.loads(printed.stdout)["environments"]["__REDDIT__"]["credentials"]["password"] == "test1234"
     masked = envctl("env", "--format", "webarena-verified", "-i", INSTANCE, "--auth-dir", str(lab.auth), "--json")
     assert "test1234" not in masked.stdout and json.loads(masked.stdout)["config_file"].endswith("webarena-verified.json")
-    bad = envctl("env", "--format", "shell", "-i", INSTANCE, "--out", str(out))
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--out" in bad.stderr
+    for argv, word in ((["--format", "shell", "--out", str(out)], "--out"), (["--header-login"], "--header-login")):
+        bad = envctl("env", *argv, "-i", INSTANCE)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and word in bad.stderr, bad.stderr
 
 
 # -- webarena-verified's tasks and evaluators -----------------------------------------------------------

@@ -210,14 +210,17 @@ def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_
               show_default=True, help="which harness's names (shell/dotenv)")
 @click.option("--out", default=None, help="webarena-verified: the config file to write [<auth dir>/webarena-verified.json]; "
                                           "'-' prints it (it holds the benchmark accounts' passwords)")
+@click.option("--header-login", is_flag=True,
+              help="browsergym: add PW_EXTRA_HEADERS, the header-login file (for harnesses that log in by header "
+                   "alone: BrowserGym's own form login times out on a site the headers logged in)")
 @instance_option
 @auth_dir_option
 @json_option
 @pass_ctx
-def env_cmd(ctx: Ctx, fmt: str, benchmark: str, out: str | None, instance: str, auth_dir: str | None,
-            as_json: bool) -> None:
+def env_cmd(ctx: Ctx, fmt: str, benchmark: str, out: str | None, header_login: bool, instance: str,
+            auth_dir: str | None, as_json: bool) -> None:
     """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym, AgentLab or webarena-verified
-    expect them (BrowserGym: with PW_EXTRA_HEADERS, the header-login file, where sites log in by header).
+    expect them (--header-login: BrowserGym's PW_EXTRA_HEADERS, where sites log in by header).
 
     With --json, shell/dotenv/browsergym print the same variables as one flat JSON object."""
     import json
@@ -231,6 +234,8 @@ def env_cmd(ctx: Ctx, fmt: str, benchmark: str, out: str | None, instance: str, 
                           "start it with 'envctl up', or see 'envctl instances'")
     if out is not None and fmt != "webarena-verified":
         raise click.UsageError("--out goes with --format webarena-verified")
+    if header_login and fmt != "browsergym":
+        raise click.UsageError("--header-login goes with --format browsergym (PW_EXTRA_HEADERS)")
     if fmt == "webarena-verified":
         if out == "-":
             return click.echo(json.dumps(webarena_verified(lab), indent=2))
@@ -239,8 +244,8 @@ def env_cmd(ctx: Ctx, fmt: str, benchmark: str, out: str | None, instance: str, 
             return emit_json({"config_file": str(path), "config": webarena_verified(lab, credentials=False)})
         return click.echo(str(path))
     if as_json and fmt in ("shell", "dotenv", "browsergym"):
-        return emit_json(values(lab, fmt, benchmark))
-    click.echo(format_env(lab, fmt, benchmark), nl=False)
+        return emit_json(values(lab, fmt, benchmark, header_login))
+    click.echo(format_env(lab, fmt, benchmark, header_login), nl=False)
 
 
 @cli.command()
