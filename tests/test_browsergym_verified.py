@@ -31,7 +31,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import envctl_cli as envctl
+from conftest import _wait_ports_bindable, envctl_cli as envctl
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow]
 
@@ -71,6 +71,7 @@ def lab(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     assert built.returncode == 0, built.stderr[-2000:]
     auth = tmp_path_factory.mktemp("wav3-auth")
     envctl("down", "-i", INSTANCE, "--volumes")
+    _wait_ports_bindable(OFFSET)  # the offset reaches into the ephemeral range: a client socket may hold a port
     try:
         up = envctl("up", "gitlab", "reddit", "--flavor", "mini", "-i", INSTANCE, "--port-offset", str(OFFSET),
                     "--auth-dir", str(auth), "--spares", "0", "--json")

@@ -26,7 +26,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from conftest import busy_ports_after, envctl_cli as envctl
+from conftest import _wait_ports_bindable, busy_ports_after, envctl_cli as envctl
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow]
 
@@ -57,6 +57,7 @@ def lab(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     assert built.returncode == 0, built.stderr[-2000:]
     auth = tmp_path_factory.mktemp("wav-auth")
     envctl("down", "-i", INSTANCE, "--volumes")  # strays of an interrupted run
+    _wait_ports_bindable(OFFSET)  # the offset reaches into the ephemeral range: a client socket may hold a port
     try:
         up = envctl("up", *SITES, "--flavor", "mini", "-i", INSTANCE, "--port-offset", str(OFFSET),
                     "--auth-dir", str(auth), "--spares", "0", "--json")
@@ -99,14 +100,15 @@ def test_a_request_carrying_the_header_is_served_logged_in_and_a_wrong_password_
 
 def test_login_writes_the_headers_file_and_checks_it(lab: Lab) -> None:
     path = lab.auth / "extra_headers.json"
-    assert "extra_headers.json" in lab.up["login_files"]
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # written by 'up' (its login) next to the cookie files
     assert json.loads(path.read_text()) == dict([CUSTOMER, ADMIN, POSTMILL])  # no GitLab header: its images have none
     check = envctl("login", "--check", "-i", INSTANCE, "--out", str(lab.auth), "--json")
     report = json.loads(check.stdout)
     assert check.returncode == 0, report
-    (hdr,) = [f for f in report["files"] if f["name"] == "extra_headers.json"]
-    assert hdr["ok"] and hdr["action"] == "valid" and set(hdr["sites"]) == {"shopping", "shopping_admin", "reddit"}
+    hdr = report["headers"]
+    assert hdr["name"] == "extra_headers.json" and hdr["ok"] and hdr["action"] == "valid"
+    assert set(hdr["sites"]) == {"shopping", "shopping_admin", "reddit"}
+    assert "extra_headers.json" not in {f["name"] for f in report["files"]}  # the state files
     assert report["headers_file"] == str(path)
     assert "Password.123" not in check.stdout + check.stderr and "admin1234" not in check.stdout + check.stderr
 
@@ -221,7 +223,7 @@ def test_a_reset_renews_the_headers_and_a_refused_header_is_taken_out(lab: Lab) 
     assert _get(f"{forum}/forums/all", POSTMILL).status_code == 401
     check = envctl("login", "--check", "-i", INSTANCE, "--out", str(lab.auth), "--json")
     assert check.returncode == 1
-    (hdr,) = [f for f in json.loads(check.stdout)["files"] if f["name"] == "extra_headers.json"]
+    hdr = json.loads(check.stdout)["headers"]
     assert hdr["action"] == "invalid" and "X-Postmill-Auto-Login" in hdr["error"] and "test1234" not in check.stdout
     # a new login cannot make it valid: the header is taken out of the file (never left looking valid)
     again = envctl("login", "reddit", "-i", INSTANCE, "--out", str(lab.auth), "--json")

@@ -58,8 +58,8 @@ def read(path: Path) -> dict[str, str]:
 
 def write(auth_dir: Path, catalog: Catalog, sites: Iterable[str], flavor: str,
           drop: Iterable[str] = ()) -> Path | None:
-    """Write (0600, atomically) ``auth_dir/extra_headers.json`` with the headers of ``sites``; None when none
-    of them has a header login on ``flavor`` and no file exists.
+    """Write (0600, atomically) ``auth_dir/extra_headers.json`` with the headers of ``sites``; None (and no
+    file) when none is left: none of them has a header login on ``flavor`` and no file exists, or all were dropped.
 
     Other sites' headers already in the file are kept (renewing one site does not drop another's); the
     headers named in ``drop`` are taken out (a site that refused its header)."""
@@ -70,6 +70,9 @@ def write(auth_dir: Path, catalog: Catalog, sites: Iterable[str], flavor: str,
         return None
     dropped = set(drop)
     merged = {k: v for k, v in (read(path) | fresh).items() if k not in dropped}
+    if not merged:  # every header refused: no file rather than an empty one
+        path.unlink(missing_ok=True)
+        return None
     write_private(path, merged)
     return path
 

@@ -316,7 +316,7 @@ def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str,
     else:
         table(None, ["file", "ok", "action", "seconds", "problem"],
               [[f.name, "[green]ok[/]" if f.ok else "[red]FAIL[/]", f.action, f"{f.seconds:.1f}", f.error]
-               for f in report.files])
+               for f in [*report.files, *([report.headers] if report.headers else [])]])
     _exit_unless(report.ok)
 
 
