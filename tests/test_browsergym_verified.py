@@ -31,7 +31,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import _wait_ports_bindable, envctl_cli as envctl
+from conftest import _wait_ports_bindable, envctl_cli as envctl, remove_instance_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow]
 
@@ -79,6 +79,7 @@ def lab(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield auth
     finally:
         envctl("down", "-i", INSTANCE, "--volumes")
+        remove_instance_images(INSTANCE)  # the golden images its resets made
 
 
 def _run(bg: dict[str, str], auth: Path, task_id: int, actions: list[str], *, headers: bool) -> tuple[dict, dict]:

@@ -26,7 +26,7 @@ from typing import Iterator
 import pytest
 import requests
 
-from conftest import _wait_ports_bindable, busy_ports_after, envctl_cli as envctl
+from conftest import _wait_ports_bindable, busy_ports_after, envctl_cli as envctl, remove_instance_images
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.mini, pytest.mark.slow]
 
@@ -65,6 +65,7 @@ def lab(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield Lab(json.loads(up.stdout), auth)
     finally:
         envctl("down", "-i", INSTANCE, "--volumes")
+        remove_instance_images(INSTANCE)  # the golden images its resets made
 
 
 # -- header login on the mini images ------------------------------------------------------------------
@@ -265,3 +266,4 @@ def test_down_all(lab: Lab) -> None:
             assert r.returncode == 2 and word in r.stderr and len(r.stderr.strip().splitlines()) == 1, (argv, r.stderr)
     finally:
         envctl("down", "-i", other, "--volumes")
+        remove_instance_images(other)
