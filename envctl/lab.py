@@ -434,7 +434,7 @@ class Lab:
         return run_smoke(tasks, env=env, auth_dir=self.auth_dir, reset=reset, sites=wanted, agent=agent,
                          report_dir=Path(report_dir) if report_dir else None, progress=progress,
                          judge=Judge.from_env(), max_parallel=parallel, task_set=task_set,
-                         coupled=self.catalog.coupled(),
+                         coupled=self.catalog.coupled(), catalog=self.catalog, flavor=self.running().flavor,
                          rest_admin=(admin.username, admin.password) if admin else None)
 
     # -- probes and status ----------------------------------------------------------------------

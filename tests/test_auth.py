@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envctl.auth import files, headers
-from envctl.catalog import Deployment, load_catalog
+from envctl.catalog import load_catalog
 
 WA = {"gitlab_state.json", "shopping_state.json", "shopping_admin_state.json", "reddit_state.json",
       "gitlab.shopping_state.json", "gitlab.shopping_admin_state.json", "gitlab.reddit_state.json",
@@ -73,11 +73,9 @@ def test_parse_duration():
             files.parse_duration(bad)
 
 
-def _with_header_login(cat, site: str, flavor: str, templates: dict[str, str]):
-    """A catalog copy whose flavor declares header_login (the proposed catalog field)."""
-    s = cat.sites[site]
-    f = s.flavors[flavor].model_copy(update={"header_login": templates})
-    s2 = s.model_copy(update={"flavors": {**s.flavors, flavor: f}})
+def _without_header_login(cat, site: str):
+    """A catalog copy where ``site`` has no header login."""
+    s2 = cat.sites[site].model_copy(update={"header_login": None})
     return cat.model_copy(update={"sites": {**cat.sites, site: s2}})
 
 
@@ -99,23 +97,39 @@ class _HeaderSite(BaseHTTPRequestHandler):
 
 def test_header_login_file_nothing_declared(tmp_path):
     cat = load_catalog()
-    assert headers.write(tmp_path, cat, ["shopping", "reddit"], Deployment(), "mini") is None
+    # the full flavor's images (upstream's 2023 ones) have no header login: no file
+    assert headers.write(tmp_path, cat, ["shopping", "reddit"], "full") is None
     assert not (tmp_path / headers.HEADERS_FILE).exists()
+    assert headers.render(cat, ["gitlab", "wikipedia", "map"], "mini") == {}
+
+
+def test_the_catalog_declares_webarena_verifieds_headers():
+    """The headers and values of webarena-verified's images (its docker_overrides), on mini and slim only."""
+    cat = load_catalog()
+    want = {"X-M2-Customer-Auto-Login": "emma.lopez@gmail.com:Password.123",
+            "X-M2-Admin-Auto-Login": "admin:admin1234",
+            "X-Postmill-Auto-Login": "MarvelsGrantMan136:test1234"}
+    for flavor in ("mini", "slim"):
+        assert headers.render(cat, ["shopping", "shopping_admin", "reddit", "gitlab"], flavor) == want
+    assert headers.render(cat, list(cat.sites), "full") == {}
+    assert cat.site("reddit").header_login.wrong == "refused" and cat.site("shopping").header_login.wrong == "guest"
 
 
 @pytest.mark.browser
 def test_header_login_file_logs_a_browser_in(tmp_path):
-    cat = _with_header_login(load_catalog(), "shopping", "mini",
-                             {"X-M2-Customer-Auto-Login": "{username}:{password}"})
-    cat = _with_header_login(cat, "reddit", "mini", {"X-Postmill-Auto-Login": "{username}:{password}"})
-    path = headers.write(tmp_path, cat, ["shopping", "reddit", "gitlab"], Deployment(), "mini")
+    cat = _without_header_login(load_catalog(), "shopping_admin")
+    path = headers.write(tmp_path, cat, ["shopping", "reddit", "gitlab"], "mini")
     assert path == tmp_path / "extra_headers.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     data = json.loads(path.read_text())
     assert data == {"X-M2-Customer-Auto-Login": "emma.lopez@gmail.com:Password.123",
                     "X-Postmill-Auto-Login": "MarvelsGrantMan136:test1234"}
-    # renewing one site keeps the other's header
-    headers.write(tmp_path, cat, ["reddit"], Deployment(), "mini")
+    # renewing one site keeps the other's header; a header dropped (refused by its site) leaves the file
+    headers.write(tmp_path, cat, ["reddit"], "mini")
+    assert json.loads(path.read_text()) == data
+    headers.write(tmp_path, cat, ["reddit"], "mini", drop=["X-Postmill-Auto-Login"])
+    assert json.loads(path.read_text()) == {"X-M2-Customer-Auto-Login": "emma.lopez@gmail.com:Password.123"}
+    headers.write(tmp_path, cat, ["reddit"], "mini")
     assert json.loads(path.read_text()) == data
 
     _HeaderSite.expected = "emma.lopez@gmail.com:Password.123"

@@ -399,3 +399,27 @@ def test_slim_flavors_name_what_they_lack_and_sites_show_prints_it():
     shown = subprocess.run([sys.executable, "-m", "envctl.cli", "sites", "show", "shopping_admin"],
                            capture_output=True, text=True, check=True).stdout
     assert "gaps:" in shown and "mass delete" in shown
+
+
+# -- header login (issue 31): the site's, naming the flavors whose images honour it ------------------
+@pytest.mark.parametrize("value,expect", [
+    ({"header": "X-A", "flavors": ["large"]}, "header_login.flavors: the site has no flavor 'large' (it has full, mini, slim)"),
+    ({"header": "X A", "flavors": ["mini"]}, "header 'X A': expected an HTTP header name"),
+    ({"header": "X-A", "flavors": ["mini"], "value": "{username}:{token}"}, "only {username} and {password} may be templated"),
+    ({"header": "X-A", "flavors": ["mini"], "value": "a\nb"}, "no control characters"),
+    ({"header": "X-A", "flavors": []}, "header_login.flavors"),
+    ({"header": "X-A", "flavors": ["mini"], "wrong": "maybe"}, "header_login.wrong"),
+])
+def test_a_bad_header_login_is_refused_naming_it(tmp_path: Path, value, expect):
+    assert expect in _load_raw(tmp_path, _mutate("sites.reddit.header_login", value))
+
+
+def test_a_header_login_needs_a_login(tmp_path: Path):
+    raw = _mutate("sites.wikipedia.header_login", {"header": "X-A", "flavors": ["mini"]})
+    assert "header_login needs a login" in _load_raw(tmp_path, raw)
+
+
+def test_header_login_is_the_sites_on_the_flavors_it_names():
+    cat = load_catalog()
+    assert cat.site("shopping").header_on("mini").header == "X-M2-Customer-Auto-Login"
+    assert cat.site("shopping").header_on("full") is None and cat.site("gitlab").header_on("mini") is None

@@ -15,6 +15,8 @@ import requests
 
 from conftest import Containers, wait_http
 
+from envctl.images.build import mini_tag
+
 pytestmark = [pytest.mark.docker, pytest.mark.mini]
 
 PORT, SECOND_PORT = 18010, 18011
@@ -75,7 +77,7 @@ def http_login(base: str = BASE) -> requests.Session:
 
 
 def test_image_labels_and_seed(forum: str, module_containers: Containers) -> None:
-    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/postmill:1"],
+    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", mini_tag("postmill")],
                             capture_output=True, text=True, check=True).stdout
     for want in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"reddit"', '"org.envctl.data-version":"1"'):
         assert want in labels

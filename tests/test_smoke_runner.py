@@ -109,7 +109,7 @@ def test_run_smoke_end_to_end_with_reset_recheck_and_reports(site: SmokeSite, ta
     assert resets == [["reddit"]] and site.bio == DEFAULT_BIO
     assert by_id["brand"].status == "skip" and "needs judge" in by_id["brand"].reason
     assert by_id["no-recipe"].status == "skip"
-    assert result.ok and result.counts == {"pass": 4, "fail": 0, "skip": 2}
+    assert result.ok and result.counts == {"pass": 4, "fail": 0, "skip": 2, "gap": 0}
     assert {s.site: (s.passed, s.skipped) for s in result.per_site()} == {"reddit": (1, 0), "shopping": (3, 2)}
 
     data = json.loads((tmp_path / "report" / "report.json").read_text())

@@ -28,7 +28,7 @@ from swarmlab import SwarmLab
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 SITES = ["reddit", "homepage"]
-IMAGES = [PROXY_IMAGE, "debian:bookworm-slim", "envctl-mini/postmill:1", "envctl-mini/homepage:1"]
+IMAGES = [PROXY_IMAGE, "debian:bookworm-slim", "envctl-mini/postmill:2", "envctl-mini/homepage:1"]
 POOL, POOL_SIZE, POOL_OFFSET = "swp", 2, 30000
 
 

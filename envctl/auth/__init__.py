@@ -29,7 +29,7 @@ def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path
     """Log ``sites`` of ``lab`` (or of a :class:`Target`) in and return ``{file name: path}`` of every file written or kept.
 
     Files touching the sites are made: each site alone and each upstream pair with another site
-    that is up. Raises :class:`LoginFailed` naming every file that could not be made (the others
+    that is up; where the flavor logs in by header, the headers file too (a header refused raises). Raises :class:`LoginFailed` naming every file that could not be made (the others
     are still written). ``http``: files whose sites all declare ``login.http`` are made with a form
     post and checked over HTTP, without a browser (what resets use)."""
     kwargs: dict[str, Any] = {"max_age": max_age, "timeout": timeout, "http": http}
@@ -37,7 +37,7 @@ def login_sites(lab: Any, sites: Iterable[str] | None = None, *, out: str | Path
         kwargs["parallel"] = parallel
     target = lab if isinstance(lab, Target) else Target.of_lab(lab, out, extra_headers)
     report = login(target, sites, **kwargs)
-    bad = report.failures()
+    bad = report.failures() + ([report.headers] if report.headers and not report.headers.ok else [])
     if bad:
         raise LoginFailed("login failed for " + "; ".join(f.error or f.name for f in bad),
                           bad[0].hint or "see 'envctl login --check'")

@@ -30,6 +30,7 @@ from envctl.auth.check import ProbeSpec, probe_state
 from envctl.auth.errors import AuthError, SiteDown, StateRejected
 from envctl.catalog import Catalog, Deployment
 from envctl.errors import UsageError
+from envctl.routing.proxy import BACKEND_HEADER
 
 T = TypeVar("T")
 DEFAULT_PARALLEL = 6
@@ -82,22 +83,27 @@ class Report:
     files: list[FileResult] = field(default_factory=list)
     seconds: float = 0.0
     headers_file: str | None = None
+    # the header-login file (auth.headers), written or checked beside the state files; None: no site has one
+    headers: FileResult | None = None
 
     @property
     def ok(self) -> bool:
-        return all(f.ok for f in self.files)
+        return all(f.ok for f in self.files) and (self.headers is None or self.headers.ok)
 
     def paths(self) -> dict[str, Path]:
+        """The state files made or kept (the headers file is ``headers_file``)."""
         return {f.name: Path(f.path) for f in self.files if f.ok}
 
     def failures(self) -> list[FileResult]:
+        """The state files that failed (a refused header is ``headers``)."""
         return [f for f in self.files if not f.ok]
 
     def to_dict(self) -> dict[str, Any]:
+        row = lambda f: {**asdict(f), "seconds": round(f.seconds, 3),  # noqa: E731
+                         "age_s": None if f.age_s is None else round(f.age_s, 1)}
         return {"action": self.action, "ok": self.ok, "auth_dir": self.auth_dir, "seconds": round(self.seconds, 3),
-                "headers_file": self.headers_file,
-                "files": [{**asdict(f), "seconds": round(f.seconds, 3),
-                           "age_s": None if f.age_s is None else round(f.age_s, 1)} for f in self.files]}
+                "headers_file": self.headers_file, "headers": row(self.headers) if self.headers else None,
+                "files": [row(f) for f in self.files]}
 
 
 def _secrets(catalog: Catalog) -> list[str]:
@@ -296,8 +302,45 @@ def login(target: Target, sites: Iterable[str] | None = None, *, max_age: float 
             if r.ok:
                 r.note = f"made with the browser: the HTTP login failed ({results[i].error})"
             results[i] = r
-    hdr = headers.write(target.auth_dir, target.catalog, names, target.deployment, target.flavor)
-    return Report("login", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None)
+    hdr, res = _header_login(target, names, timeout)
+    return Report("login", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None, res)
+
+
+def _header_login(target: Target, names: list[str], timeout: float, *, write: bool = True) -> tuple[Path | None, FileResult | None]:
+    """The headers file for ``names`` (:mod:`envctl.auth.headers`): written (or only checked), each header
+    checked on its site; a header the site refuses is taken out of the file and reported.
+
+    A target that addresses one copy (a spare being staged, through ``X-Envctl-Backend``): the headers are
+    checked on that copy, and the file, whose values are the same for every copy, is left where the
+    instance's is."""
+    one_copy = any(name == BACKEND_HEADER for name, _ in target.headers)
+    write = write and not one_copy
+    with_header = [s for s in names if headers.declared(target.catalog, s, target.flavor)]
+    path = target.auth_dir / headers.HEADERS_FILE
+    if not with_header:
+        return (path if path.exists() else None), None
+    start = time.monotonic()
+    res = FileResult(headers.HEADERS_FILE, tuple(with_header), False, "failed", str(path), method="http")
+    if not write and not path.exists() and not one_copy:
+        res.action, res.error, res.hint = "missing", f"{headers.HEADERS_FILE} does not exist", "make it with 'envctl login'"
+        return None, res
+    down = [why for why in (_health(target, s) for s in with_header) if why]
+    bad = {name: down[0] for name in headers.render(target.catalog, with_header, target.flavor)} if down else \
+        headers.problems(target.catalog, with_header, target.deployment, target.flavor, dict(target.headers), timeout)
+    if write:
+        headers.write(target.auth_dir, target.catalog, with_header, target.flavor, drop=bad)
+    elif bad and not one_copy:  # a check: what the file holds is what the sites refuse
+        have = headers.read(path)
+        bad = {k: v for k, v in bad.items() if k in have}
+    res.seconds = time.monotonic() - start
+    if bad:
+        res.action = "failed" if write else "invalid"
+        res.kind, res.error = ("down" if down else "rejected"), flows.redact("; ".join(bad.values()), *_secrets(target.catalog))
+        res.hint = "bring the site up ('envctl up') and run 'envctl login' again" if down else \
+            f"the image does not honour the header: is flavor '{target.flavor}' built with it? ('envctl images build')"
+    else:
+        res.ok, res.action = True, "written" if write else "valid"
+    return path, res
 
 
 def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float = 30.0) -> Report:
@@ -312,4 +355,5 @@ def check(target: Target, sites: Iterable[str] | None = None, *, timeout: float 
             if set(files.combo_of(p.name)) <= known and p.name not in planned:
                 planned.append(p.name)
     results = _run(_check_all(target, planned, timeout * 1000)) if planned else []
-    return Report("check", str(target.auth_dir), results, time.monotonic() - start)
+    hdr, res = _header_login(target, names, timeout, write=False)
+    return Report("check", str(target.auth_dir), results, time.monotonic() - start, str(hdr) if hdr else None, res)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from envctl.catalog.load import CATALOG_MAX_BYTES, CATALOG_MAX_DEPTH, CATALOG_MAX_NODES, load_catalog
 from envctl.errors import CatalogError
-from envctl.catalog.model import (BUILTIN, Account, Artifact, Benchmark, Catalog, Extract, Flavor, Health, HttpLogin,
+from envctl.catalog.model import (BUILTIN, Account, Artifact, Benchmark, Catalog, Extract, Flavor, HeaderLogin, Health, HttpLogin,
                                   InPlace, Login, LoginField, Ports, Probe, Query, Reset, Service, ServiceFlavor, Site,
                                   Source, Step, Tier, Volume, dependency_order)
 from envctl.catalog.render import Deployment, Renderer, describe
 
 __all__ = ["load_catalog", "Catalog", "Site", "Service", "ServiceFlavor", "Flavor", "Step", "Probe", "Health", "Query",
-           "Reset", "InPlace", "Login", "LoginField", "HttpLogin", "Account", "Artifact", "Source", "Extract", "Ports",
+           "Reset", "InPlace", "Login", "LoginField", "HttpLogin", "HeaderLogin", "Account", "Artifact", "Source", "Extract", "Ports",
            "Volume", "Tier", "Benchmark", "BUILTIN", "Deployment", "Renderer", "describe", "dependency_order", "CATALOG_MAX_BYTES",
            "CATALOG_MAX_DEPTH", "CATALOG_MAX_NODES", "CatalogError"]

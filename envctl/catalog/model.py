@@ -307,9 +307,6 @@ class Flavor(_Model):
 
     description: str = ""
     artifacts: tuple[Artifact, ...] = ()
-    # Header-based auto-login (e.g. {X-M2-Customer-Auto-Login: "{username}:{password}"}), written to a
-    # PW_EXTRA_HEADERS-style file by 'envctl login' for image flavors that support it.
-    header_login: dict[str, str] = Field(default_factory=dict)
 
 
 class Account(_Model):
@@ -360,6 +357,40 @@ class Login(_Model):
     no_pair_with: tuple[str, ...] = ()
     # Set when the form works with a plain POST (see HttpLogin); None: logins always use the browser.
     http: HttpLogin | None = None
+
+
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")  # an HTTP field name (RFC 9110 token)
+
+
+class HeaderLogin(_Model):
+    """Login by request header (webarena-verified's images, docs/flavors/slim.md): a request carrying
+    ``header: value`` is served logged in as the site's login account. The site's contract, honoured
+    by the images of ``flavors`` only (upstream's 2023 images know no such header)."""
+
+    header: str
+    value: str = "{username}:{password}"  # {username} and {password}: the login account's
+    flavors: tuple[str, ...] = Field(min_length=1)
+    # What a request with a wrong value gets: 'guest' (served, not logged in: Magento's plugins log a
+    # warning) or 'refused' (HTTP 401 on every such request: Postmill's authenticator).
+    wrong: Literal["guest", "refused"] = "guest"
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, v: str) -> str:
+        if not _HEADER_NAME.match(v):
+            raise ValueError(f"header {v!r}: expected an HTTP header name (letters, digits, '-')")
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        left = re.sub(r"\{(username|password)\}", "", v)
+        if "{" in left or "}" in left or any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError(f"value {v!r}: only {{username}} and {{password}} may be templated, no control characters")
+        return v
+
+    def render(self, account: "Account") -> str:
+        return self.value.replace("{username}", account.username).replace("{password}", account.password)
 
 
 class Probe(_Model):
@@ -424,6 +455,7 @@ class Site(_Model):
     secrets: tuple[str, ...] = ()  # setting names masked in output
     accounts: tuple[Account, ...] = ()
     login: Login | None = None
+    header_login: HeaderLogin | None = None  # log in by request header, on the flavors it names
     health: Health
     env: dict[str, dict[str, str]] = Field(default_factory=dict)  # benchmark -> VAR -> template
     fingerprint: tuple[Query, ...] = ()
@@ -460,6 +492,11 @@ class Site(_Model):
                 raise ValueError(f"configure step names unknown service '{step.service}'")
         if self.login and self.login.account not in {a.username for a in self.accounts}:
             raise ValueError(f"login.account '{self.login.account}' is not in accounts")
+        if self.header_login and not self.login:
+            raise ValueError("header_login needs a login (its account is the one the header logs in)")
+        for f in self.header_login.flavors if self.header_login else ():
+            if f not in self.flavors:
+                raise ValueError(f"header_login.flavors: the site has no flavor '{f}' (it has {', '.join(self.flavors)})")
         for env in self.env:
             if env not in ("webarena", "visualwebarena"):
                 raise ValueError(f"env has unknown benchmark '{env}' (expected webarena or visualwebarena)")
@@ -537,6 +574,11 @@ class Site(_Model):
         if not self.login:
             return self.accounts[0] if self.accounts else None
         return next(a for a in self.accounts if a.username == self.login.account)
+
+    def header_on(self, flavor: str) -> HeaderLogin | None:
+        """The site's header login when ``flavor``'s images honour it, else None."""
+        h = self.header_login
+        return h if h is not None and flavor in h.flavors else None
 
     def steps(self, flavor: str) -> tuple[Step, ...]:
         """The configure steps ``flavor`` runs: the site's, on every flavor."""

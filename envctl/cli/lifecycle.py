@@ -69,17 +69,71 @@ def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | Non
 @cli.command()
 @sites_argument
 @instance_option
+@click.option("--all", "all_instances", is_flag=True,
+              help="every instance on this engine (those 'envctl instances' lists); no prompt: --all is the consent")
+@click.option("--match", "pattern", default=None, callback=lambda _c, _p, v: _check_pattern(v),
+              help="with --all: only instances whose name matches this glob (e.g. 'P-*')")
+@click.option("--dry-run", is_flag=True, help="with --all: list the instances it would remove, remove nothing")
 @click.option("--volumes", is_flag=True, help="also remove the instance's named volumes")
 @json_option
 @pass_ctx
-def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, volumes: bool, as_json: bool) -> None:
-    """Stop and remove what envctl made for the instance (only that, found by label)."""
+def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, all_instances: bool, pattern: str | None,
+         dry_run: bool, volumes: bool, as_json: bool) -> None:
+    """Stop and remove what envctl made for the instance (only that, found by label); --all: every instance."""
     from envctl.render import emit_json
 
+    if all_instances or pattern is not None or dry_run:
+        return _down_all(ctx, site_names, all_instances, pattern, dry_run, volumes, as_json)
     result = ctx.lab(instance).down(_sites(ctx, site_names), volumes=volumes)
     if as_json:
         return emit_json(result.to_dict())
     click.echo(f"removed {len(result.removed)} containers (services on a swarm) of instance '{instance}'")
+
+
+def _check_pattern(value: str | None) -> str | None:
+    """An instance-name glob: the letters of instance names, '*', '?' and '[...]'."""
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_*?\[\]!-]{1,80}", value):
+        raise click.BadParameter(f"{value[:60]!r} is not a glob of instance names (letters, digits, '-', '_', "
+                                 "'*', '?', '[...]')")
+    return value
+
+
+def _down_all(ctx: Ctx, site_names: tuple[str, ...], all_instances: bool, pattern: str | None, dry_run: bool,
+              volumes: bool, as_json: bool) -> None:
+    """``down --all``: each instance on the engine removed in turn (one failing does not stop the others)."""
+    import fnmatch
+
+    from envctl.lab import Lab
+    from envctl.render import emit_json
+
+    if not all_instances:
+        raise click.UsageError("--match and --dry-run go with --all")
+    if site_names:
+        raise click.UsageError("--all removes whole instances: name no SITE (or use 'envctl down SITE -i NAME')")
+    if click.get_current_context().get_parameter_source("instance") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --all or --instance, not both")
+    names = [i.instance for i in Lab.instances(ctx.catalog) if fnmatch.fnmatchcase(i.instance, pattern or "*")]
+    done, failed = [], {}
+    for name in [] if dry_run else names:
+        try:
+            done.append(ctx.lab(name).down(None, volumes=volumes).to_dict())
+        except EnvctlError as exc:
+            failed[name] = str(exc)
+    if as_json:
+        emit_json({"all": True, "match": pattern, "dry_run": dry_run, "instances": names, "removed": done,
+                   "failed": failed})
+    elif dry_run:
+        click.echo("would remove: " + (", ".join(names) if names else "no instance"))
+    else:
+        for r in done:
+            click.echo(f"removed {len(r['removed'])} containers (services on a swarm) of instance '{r['instance']}'")
+        for name, why in failed.items():
+            click.echo(f"error: instance '{name}': {why}", err=True)
+        if not names:
+            click.echo("no instance" + (f" matching '{pattern}'" if pattern else "") + " on this engine")
+    _exit_unless(not failed)
 
 
 @cli.command()
@@ -149,27 +203,49 @@ def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_
 
 
 @cli.command("env")
-@click.option("--format", "fmt", type=click.Choice(["shell", "dotenv", "json", "browsergym", "agentlab"]),
+@click.option("--format", "fmt", type=click.Choice(["shell", "dotenv", "json", "browsergym", "agentlab",
+                                                    "webarena-verified"]),
               default="shell", show_default=True)
 @click.option("--benchmark", type=click.Choice(["webarena", "visualwebarena"]), default="webarena",
               show_default=True, help="which harness's names (shell/dotenv)")
+@click.option("--out", default=None, help="webarena-verified: the config file to write [<auth dir>/webarena-verified.json]; "
+                                          "'-' prints it (it holds the benchmark accounts' passwords)")
+@click.option("--header-login", is_flag=True,
+              help="browsergym: add PW_EXTRA_HEADERS, the header-login file (for harnesses that log in by header "
+                   "alone: BrowserGym's own form login times out on a site the headers logged in)")
 @instance_option
+@auth_dir_option
 @json_option
 @pass_ctx
-def env_cmd(ctx: Ctx, fmt: str, benchmark: str, instance: str, as_json: bool) -> None:
-    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym or AgentLab expect them.
+def env_cmd(ctx: Ctx, fmt: str, benchmark: str, out: str | None, header_login: bool, instance: str,
+            auth_dir: str | None, as_json: bool) -> None:
+    """The URLs for harnesses, exactly as WebArena, VisualWebArena, BrowserGym, AgentLab or webarena-verified
+    expect them (--header-login: BrowserGym's PW_EXTRA_HEADERS, where sites log in by header).
 
     With --json, shell/dotenv/browsergym print the same variables as one flat JSON object."""
-    from envctl.envformat import format_env, values
+    import json
+
+    from envctl.envformat import format_env, values, webarena_verified, write_webarena_verified
     from envctl.render import emit_json
 
-    lab = ctx.lab(instance)
+    lab = ctx.lab(instance, auth_dir)
     if fmt != "agentlab" and lab.settings() is None:
         raise EnvctlError(f"instance '{instance}' does not exist on this Docker engine",
                           "start it with 'envctl up', or see 'envctl instances'")
+    if out is not None and fmt != "webarena-verified":
+        raise click.UsageError("--out goes with --format webarena-verified")
+    if header_login and fmt != "browsergym":
+        raise click.UsageError("--header-login goes with --format browsergym (PW_EXTRA_HEADERS)")
+    if fmt == "webarena-verified":
+        if out == "-":
+            return click.echo(json.dumps(webarena_verified(lab), indent=2))
+        path = write_webarena_verified(lab, out)
+        if as_json:
+            return emit_json({"config_file": str(path), "config": webarena_verified(lab, credentials=False)})
+        return click.echo(str(path))
     if as_json and fmt in ("shell", "dotenv", "browsergym"):
-        return emit_json(values(lab, fmt, benchmark))
-    click.echo(format_env(lab, fmt, benchmark), nl=False)
+        return emit_json(values(lab, fmt, benchmark, header_login))
+    click.echo(format_env(lab, fmt, benchmark, header_login), nl=False)
 
 
 @cli.command()
@@ -240,7 +316,7 @@ def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str,
     else:
         table(None, ["file", "ok", "action", "seconds", "problem"],
               [[f.name, "[green]ok[/]" if f.ok else "[red]FAIL[/]", f.action, f"{f.seconds:.1f}", f.error]
-               for f in report.files])
+               for f in [*report.files, *([report.headers] if report.headers else [])]])
     _exit_unless(report.ok)
 
 

@@ -12,7 +12,8 @@ from envctl.cli.core import (Ctx, _exit_unless, cli, instance_option, json_optio
 # -- smoke suite -----------------------------------------------------------------------------------
 @cli.command()
 @click.option("--tasks", "task_set", default="mini", show_default=True,
-              help="bundled set (mini, webarena-smoke) or a task-config JSON file")
+              help="bundled set (mini, webarena-smoke, webarena-verified) or a task-set JSON file "
+                   "(WebArena's or webarena-verified's format)")
 @click.option("--sites", default=None, help="comma-separated sites to test [every site that is up]")
 @click.option("--agent", type=click.Choice(["reference", "llm"]), default="reference", show_default=True)
 @instance_option

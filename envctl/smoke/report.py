@@ -9,7 +9,7 @@ from pathlib import Path
 
 from envctl.smoke.results import SmokeResult, TaskResult
 
-_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "skip": "#9a6700"}
+_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "skip": "#9a6700", "gap": "#6e40c9"}
 
 
 def _safe(name: str) -> str:
@@ -39,7 +39,8 @@ def render_html(result: SmokeResult) -> str:
     e = html.escape
     c = result.counts
     rows = "".join(
-        f"<tr><td>{e(s.site)}</td><td>{s.passed}</td><td>{s.failed}</td><td>{s.skipped}</td><td>{s.elapsed_s:.1f}s</td></tr>"
+        f"<tr><td>{e(s.site)}</td><td>{s.passed}</td><td>{s.failed}</td><td>{s.skipped}</td><td>{s.gaps}</td>"
+        f"<td>{s.elapsed_s:.1f}s</td></tr>"
         for s in result.per_site())
     tasks = "".join(_task_html(t) for t in result.tasks)
     verdict = "PASS" if result.ok else "FAIL"
@@ -53,9 +54,9 @@ details{{margin:0.6em 0;border:1px solid #ddd;border-radius:6px;padding:0.4em 0.
 img{{max-width:560px;border:1px solid #ccc;display:block;margin:4px 0}} code{{word-break:break-all}}
 </style></head><body>
 <h1>envctl smoke — {e(result.task_set or "tasks")}: <span class="badge" style="background:{_COLORS['pass' if result.ok else 'fail']}">{verdict}</span></h1>
-<p>Started {e(result.started_at)}; wall time {result.wall_s:.1f}s; {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped.</p>
+<p>Started {e(result.started_at)}; wall time {result.wall_s:.1f}s; {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped, {c['gap']} not answerable by the flavor's data (gap).</p>
 <h2>Per site</h2>
-<table><tr><th>site</th><th>pass</th><th>fail</th><th>skip</th><th>time</th></tr>{rows}</table>
+<table><tr><th>site</th><th>pass</th><th>fail</th><th>skip</th><th>gap</th><th>time</th></tr>{rows}</table>
 <h2>Tasks</h2>{tasks}
 </body></html>
 """
@@ -84,11 +85,14 @@ def _task_html(t: TaskResult) -> str:
 
 def format_table(result: SmokeResult) -> str:
     """A plain-text per-site table plus failing tasks, for terminals and closing notes."""
-    lines = [f"{'site':<28} {'pass':>4} {'fail':>4} {'skip':>4} {'time':>8}"]
+    gaps = result.counts["gap"] > 0  # a column only when the flavor's data cannot answer some task
+    lines = [f"{'site':<28} {'pass':>4} {'fail':>4} {'skip':>4} " + (f"{'gap':>4} " if gaps else "") + f"{'time':>8}"]
     for s in result.per_site():
-        lines.append(f"{s.site:<28} {s.passed:>4} {s.failed:>4} {s.skipped:>4} {s.elapsed_s:>7.1f}s")
+        lines.append(f"{s.site:<28} {s.passed:>4} {s.failed:>4} {s.skipped:>4} " + (f"{s.gaps:>4} " if gaps else "")
+                     + f"{s.elapsed_s:>7.1f}s")
     c = result.counts
-    lines.append(f"{'total':<28} {c['pass']:>4} {c['fail']:>4} {c['skip']:>4} {result.wall_s:>7.1f}s wall")
+    lines.append(f"{'total':<28} {c['pass']:>4} {c['fail']:>4} {c['skip']:>4} " + (f"{c['gap']:>4} " if gaps else "")
+                 + f"{result.wall_s:>7.1f}s wall")
     for t in result.tasks:
         if t.status != "pass":
             lines.append(f"  {t.status.upper()} {t.task_id}: {t.reason}")

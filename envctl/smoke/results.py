@@ -9,7 +9,8 @@ from envctl.smoke.agent import Step
 
 @dataclass
 class TaskResult:
-    """The outcome of one task: status pass / fail / skip, why, and what happened."""
+    """The outcome of one task: status pass / fail / skip / gap (the flavor's data cannot answer it), why, and
+    what happened."""
 
     task_id: str
     sites: list[str]
@@ -37,6 +38,7 @@ class SiteSummary:
     passed: int = 0
     failed: int = 0
     skipped: int = 0
+    gaps: int = 0  # tasks the flavor's data cannot answer (said, not run)
     elapsed_s: float = 0.0
 
 
@@ -58,7 +60,7 @@ class SmokeResult:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {s: sum(t.status == s for t in self.tasks) for s in ("pass", "fail", "skip")}
+        return {s: sum(t.status == s for t in self.tasks) for s in ("pass", "fail", "skip", "gap")}
 
     def per_site(self) -> list[SiteSummary]:
         """One row per site; a multi-site task is counted under ``a+b``."""
@@ -69,6 +71,7 @@ class SmokeResult:
             row.passed += t.status == "pass"
             row.failed += t.status == "fail"
             row.skipped += t.status == "skip"
+            row.gaps += t.status == "gap"
             row.elapsed_s = round(row.elapsed_s + t.elapsed_s, 3)
         return [rows[k] for k in sorted(rows)]
 

@@ -22,10 +22,13 @@ from envctl.smoke.evaluators import Check, Evaluation, evaluate, program_html_ch
 from envctl.smoke.report import write_reports
 from envctl.smoke.results import SmokeResult, TaskResult
 from envctl.smoke.tasks import Task, task_from_config
+import envctl.smoke.verified as verified
+import envctl.smoke.verified_run as verified_run
 
 if TYPE_CHECKING:  # pragma: no cover
     from playwright.sync_api import Browser
 
+    from envctl.catalog import Catalog
     from envctl.smoke.judge import Judge
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -105,6 +108,7 @@ class _Context:
     screenshots: bool
     rest_admin: tuple[str, str] | None = None
     reset_lock: threading.Lock = field(default_factory=threading.Lock)
+    verified: verified_run.VerifiedRun | None = None  # webarena-verified's tasks (envctl.smoke.verified_run)
 
 
 class _Failed(Exception):
@@ -191,6 +195,8 @@ def _run_agent(browser: Browser, task: Task, ctx: _Context, recipe: list[Any] | 
 
 def run_task(browser: Browser, task: Task, ctx: _Context) -> TaskResult:
     """One task end to end: [reset] -> [pristine check] -> agent -> evaluate -> [reset -> re-check]."""
+    if task.format == verified.FORMAT and ctx.verified is not None:
+        return verified_run.run_task(browser, task, ctx.verified)
     started = time.monotonic()
     result = TaskResult(task_id=task.task_id, sites=list(task.sites), intent=task.intent, status="fail",
                         reason="", negative_control=task.expect_fail, verified=task.verified)
@@ -264,13 +270,26 @@ def _run_group(group: list[Task], ctx: _Context, browser_path: str, on_done: Cal
             browser.close()
 
 
+def _verified_dir(report_dir: Path | None) -> Path:
+    """Where webarena-verified's files go: the report's folder, else a private temporary one."""
+    if report_dir is not None:
+        return Path(report_dir) / verified.FORMAT
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="envctl-smoke-verified-"))
+
+
 def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None = None,
               reset: ResetFn | None = None, sites: list[str] | None = None, agent: str = "reference",
               report_dir: Path | None = None, browser_path: str = "/usr/bin/chromium",
               progress: ProgressFn | None = None, judge: Judge | None = None, max_parallel: int = 3,
               task_set: str = "", coupled: list[tuple[str, str]] | None = None,
-              rest_admin: tuple[str, str] | None = None) -> SmokeResult:
-    """Run ``tasks`` (plus a negative control) against the sites in ``env``; write reports if asked."""
+              rest_admin: tuple[str, str] | None = None, catalog: Catalog | None = None,
+              flavor: str = "mini") -> SmokeResult:
+    """Run ``tasks`` (plus a negative control) against the sites in ``env``; write reports if asked.
+
+    webarena-verified's tasks (``Task.format``) are judged by its own evaluators (envctl.smoke.verified_run),
+    with the login headers of ``flavor`` and its files under ``report_dir/webarena-verified``."""
     need_extra("browser", "envctl smoke", "playwright")
     if agent not in ("reference", "llm"):
         raise EnvctlError(f"unknown agent {agent!r}", hint="use --agent reference or --agent llm")
@@ -280,14 +299,25 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
         LLMAgent.from_env()  # fails early with a hint when no endpoint is configured
     if not Path(browser_path).exists():
         raise EnvctlError(f"browser {browser_path} not found", hint="install Debian's chromium or pass browser_path")
-    filled = [task_from_config(t.config, env) for t in tasks]
+    filled = [verified.task_from_entry(t.config, env) if t.format == verified.FORMAT else task_from_config(t.config, env)
+              for t in tasks]
     if sites:
         filled = [t for t in filled if set(t.sites) <= set(sites)]
-    control = negative_control(filled, needs_recipe=agent == "reference")
-    if control is not None:
-        filled.insert(filled.index(next(t for t in filled if control.task_id.startswith(t.task_id + ":"))), control)
     ctx = _Context(env=env, auth_dir=auth_dir, reset=reset, judge=judge, agent=agent, rest_admin=rest_admin,
                    screenshots=report_dir is not None)
+    theirs = [t for t in filled if t.format == verified.FORMAT]
+    if theirs:
+        if agent != "reference":
+            raise EnvctlError("webarena-verified's tasks run with the reference agent only", hint="use --agent reference")
+        from envctl.catalog import load_catalog
+
+        ctx.verified = verified_run.VerifiedRun(catalog or load_catalog(), flavor, env, auth_dir,
+                                                _verified_dir(report_dir), reset, screenshots=report_dir is not None,
+                                                reset_lock=ctx.reset_lock)
+    control = verified_run.negative_control(theirs, flavor) if theirs else \
+        negative_control(filled, needs_recipe=agent == "reference")
+    if control is not None:
+        filled.insert(filled.index(next(t for t in filled if control.task_id.startswith(t.task_id + ":"))), control)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     done: dict[str, TaskResult] = {}
@@ -314,4 +344,8 @@ def run_smoke(tasks: list[Task], *, env: dict[str, str], auth_dir: Path | None =
     if report_dir is not None:
         write_reports(result, Path(report_dir))
         result.report_dir = str(report_dir)
+    elif ctx.verified is not None:  # the temporary folder of webarena-verified's files
+        import shutil
+
+        shutil.rmtree(ctx.verified.out_dir, ignore_errors=True)
     return result

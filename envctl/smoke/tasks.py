@@ -60,6 +60,7 @@ class Task:
     expect_fail: bool
     viewport: dict[str, int] | None
     config: dict[str, Any] = field(repr=False)
+    format: str = "webarena"  # or "webarena-verified" (envctl.smoke.verified: its tasks, its evaluators)
 
     @property
     def eval_types(self) -> list[str]:
@@ -114,6 +115,11 @@ def _no_constant(name: str) -> Any:
 
 def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
     """The raw (unfilled) task configs of a bundled set name or a JSON file path."""
+    return read_set(name_or_path)[0]
+
+
+def read_set(name_or_path: str | Path) -> tuple[list[dict[str, Any]], Any]:
+    """The raw task configs of a set, and the whole JSON document (whose 'format' may say whose tasks)."""
     path = Path(name_or_path)
     name = str(name_or_path)
     if "\0" in name or not name:
@@ -137,7 +143,7 @@ def read_task_set(name_or_path: str | Path) -> list[dict[str, Any]]:
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
         raise TaskConfigError(f"{origin} must be a list of task configs or an object with a 'tasks' list",
                               hint="use the WebArena test.raw.json format")
-    return configs
+    return configs, data
 
 
 def fill_placeholders(config: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
@@ -203,7 +209,12 @@ def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
     Tasks are filled from ``env`` (harness variables such as ``SHOPPING``); with ``env=None``
     placeholders are left as they are (useful to list a set without an instance).
     """
-    configs = read_task_set(name_or_path)
+    return load_configs(name_or_path, read_task_set(name_or_path), env, sites)
+
+
+def load_configs(name_or_path: str | Path, configs: list[dict[str, Any]], env: dict[str, str] | None = None,
+                 sites: list[str] | None = None) -> list[Task]:
+    """:func:`load_task_set` of configs already read (``name_or_path`` names them in errors)."""
     if sites:
         wanted = set(sites)
         configs = [c for c in configs if set(c.get("sites", [])) <= wanted]

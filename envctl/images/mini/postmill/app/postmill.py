@@ -6,7 +6,8 @@ Mirrors the markup that logins, expiry probes and evaluators touch: ``/login`` (
 ``.user-bio__biography``, ``/user/<name>/edit_biography`` and ``/user/<name>/account`` ("Delete").
 
 CLI (``python3 -m sites.postmill``): ``build`` (initdb + seed, image build time),
-``start`` (container main), ``serve`` (the app alone). Data: database, role and password ``postmill``
+``start`` (container main), ``serve`` (the app alone). Header login as webarena-verified's image:
+``X-Postmill-Auto-Login: username:password`` authenticates every request that carries it (401 when wrong). Data: database, role and password ``postmill``
 (as upstream), data directory ``/usr/local/pgsql/data``.
 
 Task start pages: the build also reads ``task_pages.json`` (the start pages of the WebArena and
@@ -36,6 +37,7 @@ from miniweb import pgembed
 from miniweb.core import SEED_EPOCH, Database, create_app, esc, login_required, page, serve
 
 COOKIE = "PHPSESSID"  # Postmill is a Symfony (PHP) app
+HEADER_LOGIN = "X-Postmill-Auto-Login"  # webarena-verified's header login (``username:password``)
 CLUSTER = pgembed.Cluster(
     datadir=os.environ.get("MINIWEB_PGDATA", "/usr/local/pgsql/data"),
     db="postmill", user="postmill", password="postmill",
@@ -284,6 +286,26 @@ def make_app() -> Any:
         print(f'postmill: {request.remote_addr} "{request.method} {request.full_path.rstrip("?")}" {resp.status_code}',
               flush=True)
         return resp
+
+    @app.before_request
+    def header_login() -> Response | None:
+        """webarena-verified's HeaderAutologinAuthenticator: every request carrying the header (but the
+        firewall-free static paths) is authenticated by it, signed in or not; a bad value gets a 401."""
+        if HEADER_LOGIN not in request.headers or re.match(r"^/(_(profiler|wdt)|css|images|js)/", request.path):
+            return None
+        parts = request.headers[HEADER_LOGIN].split(":", 1)
+        if len(parts) != 2:
+            why = f"Invalid format in {HEADER_LOGIN} header. Expected username:password"
+        elif not parts[0] or not parts[1]:
+            why = f"No {'username' if not parts[0] else 'password'} provided in {HEADER_LOGIN} header"
+        else:
+            row = db.one("SELECT username, password FROM users WHERE lower(username) = lower(%s)", (parts[0],))
+            if row and check_password(row[1], row[0], parts[1]):
+                g.user = row[0]
+                return None
+            # Symfony's messages (an unknown user is hidden behind "Bad credentials.", hide_user_not_found)
+            why = "The presented password is invalid." if row else "Bad credentials."
+        return Response(f"Authentication failed: {why}", status=401, mimetype="text/plain")
 
     def user_id() -> int | None:
         row = db.one("SELECT id FROM users WHERE username = %s", (g.user,)) if g.user else None
