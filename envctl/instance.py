@@ -6,10 +6,8 @@ else reaches the backend or writes the table. Settings are read once from the ba
 instance is found. Read the table with :meth:`Instance.table` once per operation and pass it along; change
 it only through the methods here, each one read-modify-write applied atomically::
 
-    inst = Instance.find(catalog, "default")
-    table = inst.table()
-    copy = inst.active_copy("reddit", table)
-    ok, results = inst.probe_copy(copy)
+    inst = Instance.find(catalog, "default"); table = inst.table()
+    ok, results = inst.probe_copy(inst.active_copy("reddit", table))
 """
 from __future__ import annotations
 
@@ -349,7 +347,11 @@ class Instance:
     def ensure_proxy(self, ports: list[int], image: str) -> bool:
         """A running front proxy of this envctl's kind publishing ``ports`` (recreated, keeping its table, when it
         publishes fewer, or is an older kind without a control service); whether one was made."""
-        table = self._read() if self.backend.proxy(self.name) is not None else None
+        info = self.backend.proxy(self.name)
+        if info is not None and not info.running:  # stopped (a reboot, an engine restart): its table is inside it
+            self.backend.start_proxy(self.name)
+            proxy.locate(self.name, self.backend.proxy(self.name), wait=30.0)
+        table = self._read() if info is not None else None
         if table is not None and set(ports) <= set(self.proxy_ports()):
             return False
         proxy.forget(self.name)

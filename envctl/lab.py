@@ -74,6 +74,7 @@ class Lab:
         self.auth_dir = Path(auth_dir) if auth_dir else Path(".auth") if instance == "default" else Path(".auth") / instance
         self.cancel = threading.Event()
         self.login_error = ""
+        self._leased: Instance | None = None  # the instance as a lease pool last found it (_leasing)
 
     # -- the running instance ------------------------------------------------------------------
     def settings(self) -> InstanceSettings | None:
@@ -518,11 +519,22 @@ class Lab:
     # -- what a lease pool asks of its members (envctl.leases) ---------------------------------------
     def lease_record(self) -> dict[str, Any]:
         """The instance's lease record (kept in its routing table: the engine, not a process, knows who holds it)."""
-        return self.running().lease_record()
+        return self._leasing().lease_record()
 
     def write_lease(self, update: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
         """Read-modify-write the lease record (``update`` returns the new one, None to keep it, or raises)."""
-        return self.running().write_lease(update)
+        try:
+            return self._leasing().write_lease(update)
+        except DockerError:  # the instance this Lab last saw is gone or another now: look it up again
+            self._leased = None
+            return self._leasing().write_lease(update)
+
+    def _leasing(self) -> Instance:
+        """The running instance, as last found: its lease record is in the proxy's table, reached over HTTP, so a
+        heartbeat goes through while the engine does not answer (a stalled daemon)."""
+        if self._leased is None:
+            self._leased = self.running()
+        return self._leased
 
     def probe_site(self, site: str) -> tuple[bool, str]:
         """(healthy, why not) of ``site`` on its public URL."""

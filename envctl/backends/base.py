@@ -285,6 +285,10 @@ class Backend(ABC):
     @abstractmethod
     def follow(self, member: Member) -> Iterator[str]: ...
 
+    def start_proxy(self, instance: str) -> None:
+        """Start the instance's stopped front proxy as it is (its table is inside it); a backend whose proxy restarts
+        by itself (a swarm service) does nothing."""
+
     @abstractmethod
     def stop(self, member: Member, timeout: int | None = None) -> None: ...
 

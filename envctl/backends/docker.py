@@ -203,7 +203,7 @@ class Engine:
 
     def _error(self, exc: DockerException) -> Exception:
         err = (exc.stderr or "").strip()
-        if exc.return_code == _TIMEOUT_EXIT and not err:
+        if exc.return_code == _TIMEOUT_EXIT:  # timeout(1) stopped the client (which may have printed why)
             return EngineUnavailable(f"{self.where} did not answer '{self._shown(exc.docker_command)}' within "
                                      f"{self.timeout:g}s (stalled?)")
         if _engine_down(err):

@@ -135,6 +135,9 @@ class LocalBackend(Backend):
     def follow(self, member: Member) -> Iterator[str]:
         return self.engine.stream_logs(member.name)
 
+    def start_proxy(self, instance: str) -> None:
+        self.engine.start(proxy_name(instance))
+
     def stop(self, member: Member, timeout: int | None = None) -> None:
         self.engine.stop(member.name, timeout=timeout)
 
