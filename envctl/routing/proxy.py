@@ -53,6 +53,8 @@ CONTROL_HEADER = "X-Envctl-Control"  # carries the proxy's token to its control 
 _TOKEN = re.compile(r"^[0-9a-f]{32,128}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # container names, as Docker allows them
 _ADDR = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]+$")
+# HAProxy's answer to 'set server ... addr' for a server that has no address family yet (init-addr none)
+_NO_FAMILY = "current server address family is only supported through configuration file"
 _ADDR_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:[0-9]+$")
 _ALLOW = re.compile(r"^[A-Za-z0-9_.\-\[\]{}()|^$*+?]+$")
 # srv_admin_state bits (HAProxy's SRV_ADMF_*): any maintenance, or drain
@@ -308,9 +310,12 @@ def _parse_servers(text: str) -> dict[str, dict[str, tuple[str, int, str]]]:
     return out
 
 
-def _fix(state: RoutingTable, live: dict[str, dict[str, tuple[str, int, str]]]) -> tuple[list[str], list[str]]:
+def _fix(state: RoutingTable, live: dict[str, dict[str, tuple[str, int, str]]],
+         tried: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
     """(runtime API commands that make the live servers what ``state`` routes, the routed members whose address
-    ``state`` lacks or HAProxy could not use: the caller looks them up)."""
+    ``state`` lacks or HAProxy could not use: the caller looks them up). A member in ``tried`` was already sent
+    its recorded address once and HAProxy still could not use it (its copy is stopped: after a reboot, the
+    table still routes to the copies that ran before): it is reported, not sent again."""
     cmds: list[str] = []
     unknown: list[str] = []
     addrs = state.routes.addrs
@@ -320,11 +325,11 @@ def _fix(state: RoutingTable, live: dict[str, dict[str, tuple[str, int, str]]]) 
         cur = have.get(want)
         if cur is None or cur[1] & (_MAINT | _DRAIN) or cur[2] != str(r.port) or cur[0] == "-":
             ip = addrs.get(want)
-            if ip is None or (cur is not None and cur[0] == ip and cur[1] & 0x20):
-                unknown.append(want)  # not recorded, or recorded but unusable (resolution maintenance)
-                if cur is None or cur[1] & (_MAINT | _DRAIN) == 0:
-                    continue  # no address for it (yet): nothing can be routed to it; what serves keeps serving
-            elif _NAME.match(want) and _ADDR.match(ip):
+            if ip is None or (cur is not None and (cur[0] == "-" or cur[0] == ip and cur[1] & 0x20)):
+                unknown.append(want)  # not recorded, or recorded but unusable (no address, resolution maintenance)
+                if ip is None or want in tried:
+                    continue  # nothing more to send: the caller looks its address up (a stopped copy has none)
+            if _NAME.match(want) and _ADDR.match(ip):
                 if cur is None:
                     cmds.append(f"add server {be}/{want} {ip}:{int(r.port)}")
                 cmds += [f"set server {be}/{want} addr {ip} port {int(r.port)}", f"set server {be}/{want} state ready"]
@@ -356,10 +361,16 @@ def settle(ctl: Control, state: RoutingTable, cmds: list[str] | None = None, tim
     write already read back). Returns the routed members whose address must be looked up first ([] when done)."""
     deadline = time.monotonic() + timeout
     cmds = list(cmds or [])
+    tried: set[str] = set()
+    reloaded = False
     while True:
-        if cmds:
-            command(ctl, "; ".join(cmds))
-        cmds, unknown = _fix(state, live if live is not None else _servers(ctl))
+        if cmds and _NO_FAMILY in command(ctl, "; ".join(cmds)) and not reloaded:
+            # a server whose name did not resolve when HAProxy started (its copy was stopped: the proxy started
+            # first after a reboot) takes no address at run time: a reload resolves the names again
+            _reload_worker(ctl)
+            reloaded = True
+        cmds, unknown = _fix(state, live if live is not None else _servers(ctl), tried)
+        tried.update(unknown)
         live = None
         if unknown and not cmds:
             return unknown
@@ -438,6 +449,12 @@ def reload(ctl: Control, state: RoutingTable) -> list[str]:
 
     Asked on the master's CLI once the master answers there (a proxy that just started has a worker
     serving before its master is ready for a reload), again after 3 s if the worker did not change."""
+    _reload_worker(ctl)
+    return settle(ctl, state)
+
+
+def _reload_worker(ctl: Control) -> None:
+    """Ask HAProxy's master to reload on the config file as it is; wait until a new worker serves."""
     pid = _worker_pid(ctl)
     deadline = time.monotonic() + 15
     asked = -1e9
@@ -450,7 +467,6 @@ def reload(ctl: Control, state: RoutingTable) -> list[str]:
         if time.monotonic() > deadline:
             raise DockerError(f"the front proxy at {ctl.url} did not reload", "see the proxy's logs ('docker logs')")
         time.sleep(0.02)
-    return settle(ctl, state)
 
 
 def addressed(ctl: Control, keys: dict[str, str]) -> int:
