@@ -102,9 +102,17 @@ class Lab:
         return choose_flavor(self.catalog, self.instance, sites)
 
     def _sites_had(self) -> list[str]:
-        """The sites an existing instance has copies of, running or stopped ([] for none)."""
+        """The sites an existing instance has: copies of, running or stopped (a reboot), or routes to (a copy
+        removed by hand is still the instance's site, to repair) ([] for none)."""
         inst = self.find()
-        return sorted({s for (s, _) in inst.copies()}) if inst is not None else []
+        if inst is None:
+            return []
+        had = {s for (s, _) in inst.copies()}
+        try:
+            had.update(inst.sites_up(inst.table()))
+        except EnvctlError:  # no running proxy (a reboot stops it): the copies say it
+            pass
+        return sorted(had)
 
     def _settings_for_up(self, flavor: str | None, public_host: str | None, bind: str | None, port_offset: int | None,
                          names: list[str], progress: Progress) -> tuple[InstanceSettings, str]:

@@ -218,11 +218,14 @@ def test_spare_is_logged_in_through_its_backend_header_without_chromium(lab, mon
     monkeypatch.setenv("ENVCTL_CHROMIUM", NO_BROWSER)
     (slot,) = lab.replenish("reddit", 1)
     staged = auth / ".spares" / f"reddit-{slot}"
-    assert {p.name for p in staged.iterdir()} == {"reddit_state.json", "classifieds.reddit_state.json"}
+    # only the spare's own site is staged: the pair file is composed at the swap from it and the partner's file
+    assert {p.name for p in staged.iterdir()} == {"reddit_state.json"}
     (r,) = lab.reset(["reddit"], refill=False)
     assert r.ok and r.tier == "spare" and r.note == "", r.to_dict()
     target = Target.of_lab(lab)
     assert httplogin.probe_state(probe_specs(target, ["reddit"]), auth / "reddit_state.json") == []
+    pair = auth / "classifieds.reddit_state.json"
+    assert httplogin.probe_state(probe_specs(target, ["classifieds", "reddit"]), pair) == []
     monkeypatch.delenv("ENVCTL_CHROMIUM")
     assert browser_probe(target, ["reddit"], auth / "reddit_state.json") == []
     with lab.running()._routing() as st:

@@ -72,6 +72,7 @@ class Pool(Watch):
         self.threads: list[threading.Thread] = []
         self.starting = True  # until the first ensure() has finished
         self.node_states: dict[str, str] = {}  # node -> state, as last seen (a pool on a swarm)
+        self.nodes_lost: set[str] = set()  # nodes counted lost and not ready since
         self.starting_error = ""
         self.retry_pause = max(5.0, min(30.0, heal_after))  # before a broken member is tried again
 

@@ -25,6 +25,7 @@ class Watch:
     cond: threading.Condition
     heal_after: float
     node_states: dict[str, str]
+    nodes_lost: set[str]
     log: Callable[[str], None]
 
     def _spawn(self, fn: Callable[..., Any], *args: Any) -> threading.Thread:
@@ -64,9 +65,18 @@ class Watch:
             return
         for node, state in states.items():
             if state == "down" and self.node_states.get(node) == "ready":
-                self.stats.node_losses += 1
-                self.log(f"pool {self.name}: node {node} is down")
+                self._node_lost(node)
+            elif state == "ready":
+                self.nodes_lost.discard(node)
         self.node_states = states
+
+    def _node_lost(self, node: str) -> None:
+        """Count ``node`` lost once until it is ready again: seen down by the manager, or found not answering by a
+        probe first (the manager marks a node down only after its heartbeats are missed)."""
+        if node and node not in self.nodes_lost:
+            self.nodes_lost.add(node)
+            self.stats.node_losses += 1
+            self.log(f"pool {self.name}: node {node} is down")
 
     def _probe(self, m: Member) -> None:
         for site in list(m.sites):
@@ -93,6 +103,8 @@ class Watch:
         with self.cond:
             if m.state not in (LEASED, FREE):
                 return
+            if why.startswith("node down"):
+                self._node_lost(m.node)
             if m.state == LEASED:
                 self.stats.lost += 1
                 self._end(str(m.lease.get("id", "")), f"lost: {why}")

@@ -195,9 +195,10 @@ class Spare(Tier):
         t = time.monotonic()
         taken = r.inst.take_ready(r.site, GOLDEN)
         r.phases["swap"] = time.monotonic() - t
+        booting = taken is None and ready.booting(r.inst, r.site)
         if taken is None and TIERS["inplace"].usable(r.spec):
-            return "no spare ready (the in-place tier is quicker than waiting for one to boot)"
-        if taken is None and ready.booting(r.inst, r.site):
+            return "no spare ready" + (" (the in-place tier is quicker than waiting for the one booting)" if booting else "")
+        if booting:
             r.progress(r.site, "wait", "a spare is booting; waiting for it instead of escalating")
             t = time.monotonic()
             taken = ready.wait_and_take(r.inst, r.site, GOLDEN, t + r.spec.health.timeout)
