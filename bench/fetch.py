@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fetch_server import FaultServer  # noqa: E402
 
 from envctl.catalog import Artifact, Source  # noqa: E402
-from envctl.images.get import Options, get_artifacts  # noqa: E402
+from envctl.images.get import ArtifactLike, Options, get_artifacts  # noqa: E402
 from envctl.images.lock import LockFile  # noqa: E402
 
 
@@ -111,7 +111,8 @@ def main() -> None:
                 shutil.rmtree(state, ignore_errors=True)
                 opts = Options(data_root=state / "data", downloads=state / "downloads", lock=LockFile(state / "images.lock"))
                 art = Artifact(name="image.tar", kind="image", image=tag, sources=(Source(kind="http", mirror="local", url=url),))
-                [res] = get_artifacts([("bench", art)], keep_archive=keep, options=opts)
+                items: list[tuple[str | None, ArtifactLike]] = [("bench", art)]  # type: ignore[list-item]
+                [res] = get_artifacts(items, keep_archive=keep, options=opts)
                 if res.action != "loaded" or res.image_id != want:
                     raise RuntimeError(f"envctl load failed: {res}")
 

@@ -22,7 +22,6 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.routing import proxy
 from envctl.serve import serve
 
 INSTANCE, OFFSET = "bench-fullreset", 28000
@@ -51,8 +50,8 @@ def spares_back(lab: Lab, sites: list[str], timeout: float = 300) -> None:
     measured right after another would find the pool still refilling and take a slower tier)."""
     deadline = time.monotonic() + timeout
     while True:
-        st = proxy.read_state(lab.instance)
-        if st is not None and all(len(st.ready.spares(s)) >= st.ready.want(s) for s in sites):
+        st = lab.running().table()
+        if all(len(st.ready.spares(s)) >= st.ready.want(s) for s in sites):
             return
         if time.monotonic() > deadline:
             raise SystemExit(f"spares not back within {timeout:.0f}s")

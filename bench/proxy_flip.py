@@ -25,10 +25,14 @@ import requests
 
 from common import pct
 from envctl.images.build import PROXY_IMAGE, ImageBuild, build, proxy_build
+from envctl.backends.base import InstanceSettings, network_name
 from envctl.backends.docker import ENGINE as dk
+from envctl.backends.local import LocalBackend
 from envctl.routing import proxy
+from envctl.routing.table import Route, RoutingTable
 
-NET, OLD, NEW, OLD_PORT, NEW_PORT = "envctl-pxbench", "envctl-pxbench-old-proxy", "pxbench", 45991, 45992
+OLD, NEW, OLD_PORT, NEW_PORT = "envctl-pxbench-old-proxy", "pxbench", 45991, 45992
+NET = network_name(NEW)
 APP = ("import http.server,os\nclass H(http.server.BaseHTTPRequestHandler):\n def do_GET(self):\n"
        "  b=os.environ['N'].encode(); self.send_response(200); self.send_header('Content-Length',str(len(b)))\n"
        "  self.end_headers(); self.wfile.write(b)\n def log_message(self,*a): pass\n"
@@ -70,7 +74,8 @@ def main() -> int:
     tag = old_image(rev)
     build(proxy_build())
     backends = ["pxbench-a", "pxbench-b"]
-    dk.ensure_network(NET, {"envctl.instance": NEW})
+    local = LocalBackend()
+    settings, _ = local.prepare(InstanceSettings(name=NEW, flavor="mini"))  # the instance's network
     try:
         for b in backends:
             subprocess.run(["docker", "rm", "-f", b], capture_output=True)
@@ -80,14 +85,14 @@ def main() -> int:
         subprocess.run(["docker", "rm", "-f", OLD], capture_output=True)
         subprocess.run(["docker", "run", "-d", "--name", OLD, "--network", NET, "-p", f"127.0.0.1:{OLD_PORT}:{OLD_PORT}",
                         tag], check=True, capture_output=True)
-        proxy.create(NEW, NET, "127.0.0.1", [NEW_PORT], {"envctl.instance": NEW}, image=PROXY_IMAGE)
-        st = proxy.read_state(NEW)
-        assert st is not None
-        st.routes[str(NEW_PORT)] = proxy.Route(backends[0], 8000)
-        proxy.apply(NEW, st)
+        # the proxy as an instance's: booted by the local backend, reached through its control service
+        st = RoutingTable()
+        ctl = proxy.locate(NEW, local.boot_proxy(proxy.spec(settings, [NEW_PORT], st, PROXY_IMAGE), settings), wait=30)
+        assert ctl is not None, "the proxy's control service did not answer"
+        st.routes.by_port[str(NEW_PORT)] = Route(backends[0], 8000)
         for b in backends:  # what a spare's readiness records
-            st.addrs[b] = proxy.lookup_addr(NEW, b) or ""
-        proxy.apply(NEW, st)
+            st.routes.addrs[b] = local.address(NEW, b) or ""
+        proxy.apply(ctl, st)
         times: dict[str, list[float]] = {"old": [], "new": []}
         for i in range(args.n):
             to = backends[(i + 1) % 2]
@@ -96,18 +101,18 @@ def main() -> int:
                                 capture_output=True).returncode
             times["old"].append(time.perf_counter() - t)
             assert rc == 0 and requests.get(f"http://127.0.0.1:{OLD_PORT}/", timeout=10).text == to
-            st = proxy.read_state(NEW)
-            assert st is not None
+            st = proxy.load(ctl)
             t = time.perf_counter()
-            st.routes[str(NEW_PORT)] = proxy.Route(to, 8000)
-            proxy.apply(NEW, st)
+            st.routes.by_port[str(NEW_PORT)] = Route(to, 8000)
+            proxy.apply(ctl, st)
             times["new"].append(time.perf_counter() - t)
             assert requests.get(f"http://127.0.0.1:{NEW_PORT}/", timeout=10).text == to
-            proxy.retire(NEW, [backends[i % 2]])  # the old server, drained
+            proxy.retire(ctl, [backends[i % 2]])  # the old server, drained
     finally:
         subprocess.run(["docker", "rm", "-f", OLD, *backends], capture_output=True)
-        proxy.remove(NEW)
-        dk.remove_network(NET)
+        local.remove_proxy(NEW)
+        proxy.forget(NEW)
+        local.remove_network(NEW)
     o, n = statistics.median(times["old"]), statistics.median(times["new"])
     print(f"\nroute flip, {args.n} flips each (a request through the public port after each reaches the new backend)\n")
     print("mechanism | p50 ms | p95 ms")

@@ -32,7 +32,6 @@ from common import pct
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.routing import proxy
 
 INSTANCE, OFFSET = "bench-reset", 27000
 
@@ -47,8 +46,7 @@ def table_head(title: str, head: tuple[str, ...]) -> None:
 
 
 def spares_ready(lab: Lab, site: str) -> int:
-    st = proxy.read_state(lab.instance)
-    return len(st.ready.spares(site)) if st else 0
+    return len(lab.running().table().ready.spares(site))
 
 
 def wait_spare(lab: Lab, site: str, timeout: float = 300) -> float:
@@ -78,7 +76,7 @@ def episodes(args: argparse.Namespace) -> int:
     try:
         t0 = time.monotonic()
         for s in sites:
-            if res.ready.spares(s):
+            if res.spares.get(s):
                 wait_spare(lab, s)
         refill = time.monotonic() - t0  # how long the pool takes to fill (booted one site after another)
         episode = args.episode if args.episode is not None else max(5.0, 1.5 * refill)
@@ -151,7 +149,7 @@ def inplace_login(args: argparse.Namespace) -> int:
     assert res.ok, [s.error for s in res.sites if not s.ok]
     real = resets.login_sites
 
-    def browser_login(target, names, **kw):  # type: ignore[no-untyped-def]
+    def browser_login(target, names, **kw):
         return real(target, names, **{**kw, "http": False})
 
     lat: dict[tuple[str, str], list[float]] = {}
@@ -185,8 +183,8 @@ def inplace_login(args: argparse.Namespace) -> int:
     for site in sites:
         n_files = len(login_combos(cat, [site], partners))
         for method in ("http", "browser"):
-            v, p = lat[(site, method)], ph[(site, method)]
-            print(f"{site} | {n_files} | {method} | {statistics.median(v):.3f} | {pct(v, 95):.3f} | "
+            vals, p = lat[(site, method)], ph[(site, method)]
+            print(f"{site} | {n_files} | {method} | {statistics.median(vals):.3f} | {pct(vals, 95):.3f} | "
                   f"{statistics.median(p['inplace']):.3f} | {statistics.median(p['verify']):.3f} | "
                   f"{statistics.median(p['login']):.3f} | {pct(p['login'], 95):.3f}")
     for site in sites:

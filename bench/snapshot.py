@@ -30,7 +30,7 @@ import requests
 from envctl.catalog import load_catalog
 from envctl.images.build import build_for_sites
 from envctl.lab import Lab
-from envctl.routing import proxy
+from envctl.routing.table import SNAPSHOT
 
 INSTANCE, OFFSET = "snbench", 14500
 SITE, USER, PASSWORD = "reddit", "MarvelsGrantMan136", "test1234"
@@ -84,10 +84,11 @@ def writes(base: str, titles: list[str]) -> None:
 def wait_warm(lab: Lab, name: str, timeout: float = 300) -> float:
     t = time.monotonic()
     while True:
-        st = proxy.read_state(lab.instance)
-        if st and st.warm.get(SITE, {}).get(name):
-            copies = {slot for (_, slot) in lab.running().copies(SITE)}
-            if copies == {st.routes.active[SITE], *st.ready.spares(SITE), *st.warm_slots(SITE)}:
+        inst = lab.running()
+        st = inst.table()
+        if st.ready.of(SITE, SNAPSHOT + name):
+            copies = {slot for (_, slot) in inst.copies(SITE)}
+            if copies == {st.routes.active[SITE], *st.ready.all_slots(SITE)}:
                 return time.monotonic() - t
         if time.monotonic() - t > timeout:
             raise SystemExit(f"no warm copy of '{name}' within {timeout}s")

@@ -7,7 +7,8 @@ wikipedia, homepage), spares as the pool's plan gives them. Each episode leases 
 - **release -> next lease**: ``DELETE /leases/ID`` then at once ``POST /leases`` (``wait``), timed until the new
   lease is granted; ``--gap`` seconds between episodes (as between a lab's episodes);
 - **BrowserGym full_reset through a lease**: ``GET <full_reset>/reset`` (answered when done) then ``/status``,
-  right after the previous release, and again once every spare is back.
+  as a lease's first call right after the previous release; back to back (right after the previous full_reset,
+  no spare refilled yet); and once every spare is back.
 
 Baseline in the same run, on the same instance while the bench holds it: what the pool did at release and acquire
 before it counted requests: reset the written site, fingerprint every site (release), fingerprint every site again
@@ -110,6 +111,7 @@ def main() -> None:
                              stdout=log, stderr=log, start_new_session=True)
     turn: list[float] = []
     full_after_release: list[float] = []
+    full_back_to_back: list[float] = []
     full_spares_back: list[float] = []
     baseline: list[float] = []
     try:
@@ -135,13 +137,27 @@ def main() -> None:
             t = time.monotonic()
             lease, _ = acquire(url)
             turn.append(time.monotonic() - t)
-        # full_reset right after a release (the spares the release used are being refilled)
+        # full_reset as the next lease's first call, right after the previous release (the spare the release used
+        # is being refilled): what a harness calling full_reset() at the start of each task meets
+        for _ in range(args.n):
+            episode(lease)
+            requests.delete(f"{url}/leases/{lease['id']}", timeout=60)
+            lease, _ = acquire(url)
+            t = time.monotonic()
+            requests.get(f"{lease['full_reset']}/reset", timeout=700)
+            status = requests.get(f"{lease['full_reset']}/status", timeout=60).text
+            full_after_release.append(time.monotonic() - t)
+            lease["auth"] = refreshed(url, lease)
+            if status != "Ready for duty!":
+                raise SystemExit(f"/status after the reset: {status!r}")
+            time.sleep(args.gap)
+        # back to back: full_reset right after the previous full_reset (no spare refilled yet)
         for _ in range(args.n):
             episode(lease)
             t = time.monotonic()
             requests.get(f"{lease['full_reset']}/reset", timeout=700)
             status = requests.get(f"{lease['full_reset']}/status", timeout=60).text
-            full_after_release.append(time.monotonic() - t)
+            full_back_to_back.append(time.monotonic() - t)
             lease["auth"] = refreshed(url, lease)
             if status != "Ready for duty!":
                 raise SystemExit(f"/status after the reset: {status!r}")
@@ -183,8 +199,10 @@ def main() -> None:
           f"(read every site, one reddit post, {args.gap:g}s each)\n")
     print("figure | p50 s | p95 s | goal")
     print(f"release -> next lease | {pct(turn, 50):.2f} | {pct(turn, 95):.2f} | p95 <= 1 s")
-    print(f"BrowserGym full_reset() through the lease, right after the previous one | {pct(full_after_release, 50):.2f}"
-          f" | {pct(full_after_release, 95):.2f} | <= 2 s")
+    print(f"BrowserGym full_reset() as a lease's first call, right after the previous release | "
+          f"{pct(full_after_release, 50):.2f} | {pct(full_after_release, 95):.2f} | <= 2 s")
+    print(f"BrowserGym full_reset() right after the previous full_reset (no spare refilled) | "
+          f"{pct(full_back_to_back, 50):.2f} | {pct(full_back_to_back, 95):.2f} |")
     print(f"BrowserGym full_reset() through the lease, spares back | {pct(full_spares_back, 50):.2f} | "
           f"{pct(full_spares_back, 95):.2f} | <= 2 s")
     print(f"baseline: reset reddit + verify every site at release and again at acquire | {pct(baseline, 50):.2f} | "

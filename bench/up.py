@@ -140,15 +140,15 @@ def main() -> None:
     # "other": wall time outside the site's phases (CLI start, engine checks, front proxy, lock).
     print(f"\n{'run':20} {'wall s':>7}  {'create':>7} {'boot':>7} {'config':>7} {'healthy':>7} {'other':>7}  ok")
     for r in solo:
-        t = r.timings.get(r.label, {})
-        other = r.seconds - sum(t.get(k, 0) for k in phases)
-        print(f"{'solo ' + r.label:20} {r.seconds:7.1f}  " + " ".join(f"{t.get(k, 0):7.1f}" for k in phases)
+        tm = r.timings.get(r.label, {})
+        other = r.seconds - sum(tm.get(k, 0) for k in phases)
+        print(f"{'solo ' + r.label:20} {r.seconds:7.1f}  " + " ".join(f"{tm.get(k, 0):7.1f}" for k in phases)
               + f" {other:7.1f}  {'yes' if r.ok else 'NO'}")
     print(f"{'all sites':20} {together.seconds:7.1f}  {'':39}  {'yes' if together.ok else 'NO'}")
     if together.timings:
         print("  in the all-sites run, per site (s):")
-        for site, t in together.timings.items():
-            print(f"    {site:16} " + " ".join(f"{t.get(k, 0):7.1f}" for k in phases))
+        for site, tm in together.timings.items():
+            print(f"    {site:16} " + " ".join(f"{tm.get(k, 0):7.1f}" for k in phases))
     golden = sorted({g for r in [*solo, together] for g in r.golden})
     print(f"\nbooted from golden (preconfigured) images: {', '.join(golden) or 'none'}")
     print(f"slowest solo: {slowest.label} {slowest.seconds:.1f}s; all sites {together.seconds:.1f}s; "

@@ -136,8 +136,8 @@ def report(tracer: Tracer) -> None:
               + (f"   (twice: {', '.join(again)})" if again else ""))
     print("modules entered (from another module), most first:")
     for m, n in tracer.entered.most_common():
-        again = tracer.reentered.get(m, 0)
-        print(f"  {m:40s} {n:5d}" + (f"   re-entered {again}" if again else ""))
+        times = tracer.reentered.get(m, 0)
+        print(f"  {m:40s} {n:5d}" + (f"   re-entered {times}" if times else ""))
     print("edges:")
     for (a, b), n in sorted(tracer.edges.items()):
         print(f"  {a} -> {b}: {n}")
@@ -177,7 +177,7 @@ def main() -> int:
             r = runner.invoke(cli, [*argv, *common], catch_exceptions=False)
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
         ok = r.exit_code == 0
         tier = _results(r.stdout)[0]["tier"] if ok else "?"
         print(f"== envctl {' '.join(argv[:-1])} ({title}): exit {r.exit_code}, tier {tier}")
