@@ -295,10 +295,11 @@ _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs
 # module that uses a session fixture of SHARED_USERS is in the same lane as that fixture's other users.
 # Lane b: the swarm tests (tests/swarmlab.py's default lab: test_swarm, then test_cloud_ansible, which
 # share its names and subnet, so they run one after the other in this lane), the per-site mini image tests
-# and the read-mostly reset tests; `make test` runs the full-flavor rehearsal after it, in the same lane.
+# and the read-mostly reset tests, webarena-verified's and BrowserGym's webarena_verified tests (instances
+# wav2, wav3, wav9 at offsets 52100-52900); `make test` runs the full-flavor rehearsal after it, in the same lane.
 LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_mini_*.py", "test_soak.py",
           "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
-          "test_evaluators.py")
+          "test_evaluators.py", "test_webarena_verified.py", "test_browsergym_verified.py")
 
 
 def module_lane(name: str) -> str:
