@@ -217,8 +217,18 @@ class SwarmBackend(Backend):
         """The latest task of each service (by id), read in two calls whatever their number."""
         if not services:
             return {}
-        out = self.manager.run_cli(["service", "ps", "-q", "--no-trunc", *services], what="service ps").split()
-        raw = self.manager.json_cli(["inspect", *sorted(set(out))], what="inspect tasks") if out else []
+        for attempt in range(3):  # a service or task removed between the listing and these reads (a spare swapped
+            try:                  # out by another process): read again without it
+                out = self.manager.run_cli(["service", "ps", "-q", "--no-trunc", *services], what="service ps").split()
+                raw = self.manager.json_cli(["inspect", *sorted(set(out))], what="inspect tasks") if out else []
+                break
+            except DockerError as exc:
+                if attempt == 2 or not re.search(r"no such (service|object)", str(exc), re.I):
+                    raise
+                alive = self.manager.run_cli(["service", "ls", "-q"], what="service ls").split()
+                services = [s for s in services if any(s.startswith(a) or a.startswith(s) for a in alive)]
+                if not services:
+                    return {}
         latest: dict[str, dict[str, Any]] = {}
         for t in raw:
             sid = t.get("ServiceID", "")
