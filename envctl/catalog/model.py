@@ -459,6 +459,11 @@ class Site(_Model):
     health: Health
     env: dict[str, dict[str, str]] = Field(default_factory=dict)  # benchmark -> VAR -> template
     fingerprint: tuple[Query, ...] = ()
+    # A cheap change signal, read from inside a copy: queries whose output moves whenever anything the fingerprint
+    # covers may have changed, whatever path the change took (the database's own log position: PostgreSQL's WAL
+    # LSN, InnoDB's log sequence number). Equal outputs mean the fingerprint need not run again; a site without it
+    # is fingerprinted whenever it must be known pristine (docs/architecture.md, "Known, not assumed").
+    changes: tuple[Query, ...] = ()
     reset: Reset
     url_path: str = ""  # appended to the public URL for humans (e.g. /forums/all)
     notes: tuple[str, ...] = ()
@@ -509,6 +514,11 @@ class Site(_Model):
         for other in (self.login.no_pair_with if self.login else ()):
             if other == self.entry:
                 raise ValueError("login.no_pair_with names the site itself")
+        if self.changes and not self.fingerprint:
+            raise ValueError("changes (a change signal) needs fingerprint queries: the signal only says when to run them")
+        for q in (*self.fingerprint, *self.changes):
+            if q.service and q.service not in self.services:
+                raise ValueError(f"query '{q.name}' names unknown service '{q.service}'")
         if self.reset.tier == "endpoint" and not self.reset.endpoint:
             raise ValueError("reset tier 'endpoint' needs reset.endpoint")
         if self.reset.tier == "inplace" and not self.reset.inplace:
@@ -535,6 +545,8 @@ class Site(_Model):
             named.setdefault(p.service or self.entry, f"health probe '{p.name}'")
         for q in self.fingerprint:
             named.setdefault(q.service or self.entry, f"fingerprint query '{q.name}'")
+        for q in self.changes:
+            named.setdefault(q.service or self.entry, f"change signal '{q.name}'")
         inplace = (*self.reset.inplace.save, *self.reset.inplace.restore, *self.reset.inplace.has) \
             if self.reset.inplace else ()
         for i, step in enumerate(self.configure):

@@ -517,17 +517,31 @@ def activity(ctl: Control, ports: list[int]) -> Activity:
     return Activity(f"{info.get('Pid', '?')}@{info.get('Start_time_sec', '?')}", counts, routes)
 
 
+def stat(ctl: Control, backends: list[str]) -> list[list[str]]:
+    """The CSV rows of ``show stat`` for ``backends`` only (their servers and the BACKEND line). Never the whole
+    table: HAProxy 2.6's CLI can stall an answer that ends at its 16 kB buffer's edge (a whole instance's
+    ``show stat`` does, every other time), so each answer is kept to a backend's few lines."""
+    names = [b for b in dict.fromkeys(backends) if _NAME.match(b)]
+    if not names:
+        return []
+    text = command(ctl, "; ".join(f"show stat {b} -1 -1" for b in names))
+    return [ln.split(",") for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+
 def retire(ctl: Control, names: list[str], timeout: float = 30.0) -> list[str]:
     """Before ``names`` (members) are removed: wait until the proxy has no request in flight on them
     (they are drained: no new ones arrive), then drop them from the live proxy; returns any still busy
     after ``timeout`` (removed anyway by the caller)."""
-    routed = {r.backend for r in load(ctl).routes.by_port.values()}
+    by_port = load(ctl).routes.by_port
+    routed = {r.backend for r in by_port.values()}
     names = [n for n in names if n not in routed and _NAME.match(n)]
+    ports = [p for p, r in by_port.items() if any(re.fullmatch(r.allow or "", n) for n in names)]
     deadline = time.monotonic() + timeout
-    while True:
+    busy: list[str] = []
+    where: list[str] = []
+    while names:
         busy, where = [], []
-        for line in command(ctl, "show stat").splitlines():
-            f = line.split(",")
+        for f in stat(ctl, [f"{kind}{p}" for p in ports for kind in ("b", "h")]):
             if len(f) > 4 and f[1] in names:
                 where.append(f"{f[0]}/{f[1]}")
                 if f[4] not in ("", "0"):
@@ -552,11 +566,10 @@ def hold(ctl: Control | None, ports: list[int], limit: float = 60.0, drain: floa
     until = int(time.time() + limit)
     command(ctl, "; ".join(f"del map {HOLD_MAP} {int(p)}; add map {HOLD_MAP} {int(p)} {until}" for p in ports))
     try:
-        backends = {f"b{int(p)}" for p in ports}
+        backends = [f"b{int(p)}" for p in ports]
         deadline = time.monotonic() + drain
         while time.monotonic() < deadline:
-            rows = [ln.split(",") for ln in command(ctl, "show stat").splitlines()]
-            if all(f[4] in ("", "0") for f in rows if len(f) > 4 and f[0] in backends and f[1] == "BACKEND"):
+            if all(f[4] in ("", "0") for f in stat(ctl, backends) if len(f) > 4 and f[1] == "BACKEND"):
                 break
             time.sleep(0.02)
         yield
@@ -581,5 +594,5 @@ def spec(settings: InstanceSettings, ports: list[int], state: RoutingTable, imag
 
 
 __all__ = ["Route", "Control", "ProxyUnreachable", "locate", "known", "load", "apply", "settle", "refresh", "retire",
-           "hold", "addressed", "spec", "forget", "remember", "control_cache", "command", "control_url", "render",
+           "hold", "addressed", "spec", "stat", "forget", "remember", "control_cache", "command", "control_url", "render",
            "BACKEND_HEADER", "OWN_HEADER", "own_token", "Activity", "activity", "proxy_name"]

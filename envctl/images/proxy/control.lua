@@ -18,20 +18,52 @@ local function body(applet)
   return table.concat(parts)
 end
 
--- one command (';'-separated commands) to a CLI socket; the answer until it closes, or, for the master's
--- CLI (which may keep the connection), until the line that ends the answer
+-- How many answers HAProxy's CLI gives to ``cmd``: one per command, commands being the non-empty lines and, within a
+-- line, the parts between unescaped ';'. Each answer ends with an empty line (the CLI's own end-of-answer mark).
+local function answers(cmd)
+  local n = 0
+  for line in cmd:gmatch("[^\n]+") do
+    if line:find("%S") then
+      n = n + 1
+      local escaped = false
+      for c in line:gmatch(".") do
+        if c == ";" and not escaped then n = n + 1 end
+        escaped = (c == "\\") and not escaped
+      end
+    end
+  end
+  return n
+end
+
+-- one command (';'-separated commands) to a CLI socket; the answer, read until the CLI's end-of-answer mark (an
+-- empty line after each command's answer) rather than until the CLI closes the connection: when an answer ends
+-- exactly at a buffer's edge (HAProxy 2.6, a 16 kB 'show stat' of a whole instance), the close never reaches a
+-- Lua socket and the read would wait for its timeout. For the master's CLI (which may keep the connection), until
+-- the line that ends its answer.
 local function ask(sock, cmd, stop)
   local s = core.tcp()
   s:settimeout(10)
   local ok, err = s:connect("unix@" .. DIR .. sock)
   if not ok then return nil, "connect " .. sock .. ": " .. tostring(err) end
   s:send(cmd .. "\n")
-  local out = {}
+  local want = stop == nil and answers(cmd) or 0
+  local out, ends = {}, 0
   while true do
-    local line = s:receive("*l")
-    if line == nil then break end
+    local line, rerr = s:receive("*l")
+    if line == nil then
+      if rerr == "timeout" and want > 0 and ends < want then  -- an answer cut off: say so, never pass half of it
+        s:close()
+        return nil, "HAProxy's CLI stopped answering '" .. cmd:sub(1, 80) .. "' after 10s (" .. ends .. " of " ..
+                    want .. " answers)"
+      end
+      break
+    end
     out[#out + 1] = line
     if stop ~= nil and line:find(stop, 1, true) == 1 then break end
+    if line == "" then
+      ends = ends + 1
+      if want > 0 and ends >= want then break end
+    end
   end
   s:close()
   return table.concat(out, "\n") .. "\n"
