@@ -6,7 +6,7 @@ here registers one family of commands on it.
 """
 from __future__ import annotations
 
-from envctl.cli import cloud, images, lifecycle, serving, sites, smoke, state  # noqa: F401 - they register commands
+from envctl.cli import cloud, images, lifecycle, serving, sites, smoke, state, tasks  # noqa: F401 - they register commands
 from envctl.cli.core import cli
 
 __all__ = ["cli", "main"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import envctl.smoke.verified as verified
-from envctl.smoke.tasks import Task, TaskConfigError, load_configs, placeholders, read_set
+from envctl.smoke.tasks import Task, TaskConfigError, check_access, load_configs, placeholders, read_set
 
 
 def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
@@ -18,6 +18,8 @@ def load_task_set(name_or_path: str | Path, env: dict[str, str] | None = None,
     if not verified.is_verified_set(data, configs):
         return load_configs(name_or_path, configs, env, sites)
     try:
+        for config in configs:  # envctl_access, as in WebArena's format (Task.access)
+            check_access(config)
         return verified.load(configs, env if env is not None else {v: p for p, v in placeholders().items()}, sites)
     except TaskConfigError as exc:  # name the file (or bundled set) the bad task came from
         raise TaskConfigError(f"{name_or_path}: {exc.message}", hint=exc.hint) from None

@@ -8,7 +8,10 @@ prefixed ``envctl_`` so an upstream harness ignores them:
 - ``envctl_verified``: whether the recipe has been run against a real instance of the target flavor;
 - ``envctl_recheck_after_reset``: state-changing task; its program_html targets must score 0 before
   acting and again after the sites are reset;
-- ``envctl_expect_fail``: a negative control, the task passes only when the evaluator says no.
+- ``envctl_expect_fail``: a negative control, the task passes only when the evaluator says no;
+- ``envctl_access``: ``read`` (the task only reads a site's state) or ``write`` (it changes state a later task
+  could see), as :mod:`envctl.smoke.classify` decides from the benchmark's fields (``scripts/classify_bundled.py``
+  writes it into the bundled sets); :attr:`Task.access`.
 
 Placeholders (``__SHOPPING__`` ...) are replaced by plain string replacement over the whole config,
 as upstream's ``generate_test_data.py`` does, so reference answers and locators are filled too.
@@ -36,6 +39,7 @@ def placeholders() -> dict[str, str]:
 
 TAB_SEPARATOR = " |AND| "
 BUNDLED_DIR = "tasks"
+ACCESS = ("read", "write")  # envctl_access: who may share an instance (envctl.smoke.classify)
 
 
 class TaskConfigError(EnvctlError):
@@ -67,9 +71,22 @@ class Task:
         return list(self.eval.get("eval_types") or [])
 
     @property
+    def access(self) -> str | None:
+        """``read`` or ``write``, as the set's ``envctl_access`` says (None when it does not)."""
+        value = self.config.get("envctl_access")
+        return value if value in ACCESS else None
+
+    @property
     def storage_state_name(self) -> str | None:
         """The file name of the login state (``./.auth/gitlab.reddit_state.json`` -> its base name)."""
         return Path(self.storage_state).name if self.storage_state else None
+
+
+def check_access(config: dict[str, Any]) -> None:
+    """A task's ``envctl_access``, when it has one, is ``read`` or ``write``."""
+    if "envctl_access" in config and config["envctl_access"] not in ACCESS:
+        raise TaskConfigError(f"task {str(config.get('task_id'))[:40]!r}: 'envctl_access' must be 'read' or 'write'",
+                              hint="or leave it out ('envctl tasks classify --file F' says which)")
 
 
 def bundled_sets() -> list[str]:
@@ -178,6 +195,7 @@ def task_from_config(config: dict[str, Any], env: dict[str, str]) -> Task:
         if not ok:
             raise TaskConfigError(f"task config {str(tid)[:40]!r}: {key!r} must be {what}",
                                   hint="use the WebArena test.raw.json format")
+    check_access(config)
     filled = fill_placeholders(config, env)
     ev = filled["eval"]
     unknown = set(ev.get("eval_types") or []) - {"string_match", "url_match", "program_html", "page_image_query"}
