@@ -50,7 +50,7 @@ def spares_back(lab: Lab, sites: list[str], timeout: float = 300) -> None:
     measured right after another would find the pool still refilling and take a slower tier)."""
     deadline = time.monotonic() + timeout
     while True:
-        st = lab.running().table()
+        st = lab.running().routing.table()
         if all(len(st.ready.spares(s)) >= st.ready.want(s) for s in sites):
             return
         if time.monotonic() > deadline:

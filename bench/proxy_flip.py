@@ -27,7 +27,7 @@ from common import pct
 from envctl.images.build import PROXY_IMAGE, ImageBuild, build, proxy_build
 from envctl.backends.base import InstanceSettings, network_name
 from envctl.backends.docker import ENGINE as dk
-from envctl.backends.local import LocalBackend
+from envctl.backends.local import local_backend
 from envctl.routing import proxy
 from envctl.routing.table import Route, RoutingTable
 
@@ -74,8 +74,8 @@ def main() -> int:
     tag = old_image(rev)
     build(proxy_build())
     backends = ["pxbench-a", "pxbench-b"]
-    local = LocalBackend()
-    settings, _ = local.prepare(InstanceSettings(name=NEW, flavor="mini"))  # the instance's network
+    local = local_backend()
+    settings, _ = local.placement.prepare(InstanceSettings(name=NEW, flavor="mini"))  # the instance's network
     try:
         for b in backends:
             subprocess.run(["docker", "rm", "-f", b], capture_output=True)
@@ -87,11 +87,11 @@ def main() -> int:
                         tag], check=True, capture_output=True)
         # the proxy as an instance's: booted by the local backend, reached through its control service
         st = RoutingTable()
-        ctl = proxy.locate(NEW, local.boot_proxy(proxy.spec(settings, [NEW_PORT], st, PROXY_IMAGE), settings), wait=30)
+        ctl = proxy.locate(NEW, local.proxy.boot(proxy.spec(settings, [NEW_PORT], st, PROXY_IMAGE), settings), wait=30)
         assert ctl is not None, "the proxy's control service did not answer"
         st.routes.by_port[str(NEW_PORT)] = Route(backends[0], 8000)
         for b in backends:  # what a spare's readiness records
-            st.routes.addrs[b] = local.address(NEW, b) or ""
+            st.routes.addrs[b] = local.proxy.address(NEW, b) or ""
         proxy.apply(ctl, st)
         times: dict[str, list[float]] = {"old": [], "new": []}
         for i in range(args.n):
@@ -110,9 +110,9 @@ def main() -> int:
             proxy.retire(ctl, [backends[i % 2]])  # the old server, drained
     finally:
         subprocess.run(["docker", "rm", "-f", OLD, *backends], capture_output=True)
-        local.remove_proxy(NEW)
+        local.proxy.remove(NEW)
         proxy.forget(NEW)
-        local.remove_network(NEW)
+        local.placement.remove_network(NEW)
     o, n = statistics.median(times["old"]), statistics.median(times["new"])
     print(f"\nroute flip, {args.n} flips each (a request through the public port after each reaches the new backend)\n")
     print("mechanism | p50 ms | p95 ms")

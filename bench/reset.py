@@ -46,7 +46,7 @@ def table_head(title: str, head: tuple[str, ...]) -> None:
 
 
 def spares_ready(lab: Lab, site: str) -> int:
-    return len(lab.running().table().ready.spares(site))
+    return len(lab.running().routing.table().ready.spares(site))
 
 
 def wait_spare(lab: Lab, site: str, timeout: float = 300) -> float:
@@ -94,7 +94,7 @@ def episodes(args: argparse.Namespace) -> int:
                                                                   for s in sites), file=sys.stderr, flush=True)
         # Baseline in the same run: a recreate (what a reset costs when no spare is ready).
         for site in sites:
-            with lab.running()._routing() as st:
+            with lab.running().routing._routing() as st:
                 st.ready.wanted.setdefault(site, {})["golden"] = 0
             for _ in range(args.recreate_n):
                 recreate[site].append(lab.reset([site], tier="recreate", refill=False)[0].seconds)
@@ -232,7 +232,7 @@ def main() -> int:
             lat: list[float] = []
             boots: list[float] = []
             if tier == "spare":
-                with lab.running()._routing() as st:
+                with lab.running().routing._routing() as st:
                     st.ready.wanted.setdefault(site, {})["golden"] = 1
                 lab.replenish(site, 1)
                 for _ in range(args.n):
@@ -248,7 +248,7 @@ def main() -> int:
             thr = {}
             if tier == "spare":
                 for k in (1, 2):
-                    with lab.running()._routing() as st:
+                    with lab.running().routing._routing() as st:
                         st.ready.wanted.setdefault(site, {})["golden"] = k
                     lab.replenish(site, k)
                     done, t0 = 0, time.monotonic()
@@ -258,7 +258,7 @@ def main() -> int:
                         assert r.ok, r
                         done += 1
                     thr[k] = done / (time.monotonic() - t0) * 60
-                with lab.running()._routing() as st:
+                with lab.running().routing._routing() as st:
                     st.ready.wanted.setdefault(site, {})["golden"] = 1
             rec = statistics.median(recreate)
             rows.append((site, tier, statistics.median(lat), pct(lat, 95), rec, rec / statistics.median(lat),

@@ -85,9 +85,9 @@ def wait_warm(lab: Lab, name: str, timeout: float = 300) -> float:
     t = time.monotonic()
     while True:
         inst = lab.running()
-        st = inst.table()
+        st = inst.routing.table()
         if st.ready.of(SITE, SNAPSHOT + name):
-            copies = {slot for (_, slot) in inst.copies(SITE)}
+            copies = {slot for (_, slot) in inst.copies.of(SITE)}
             if copies == {st.routes.active[SITE], *st.ready.all_slots(SITE)}:
                 return time.monotonic() - t
         if time.monotonic() - t > timeout:

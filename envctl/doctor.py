@@ -51,7 +51,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
         for a in site.flavors[flavor].artifacts:
             need_disk += (a.loaded_size or a.size or 0)
         if engine_ok:
-            missing_images += [img for _, img, _ in probe.missing_images([n]) if img not in missing_images]
+            missing_images += [img for _, img, _ in probe.copies.missing_images([n]) if img not in missing_images]
     probe_dir = root if os.path.exists(root) else "/"
     free = shutil.disk_usage(probe_dir).free
     if flavor == "full":
@@ -87,7 +87,7 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     wanted = {p + port_offset: n for n in names for svc, p in catalog.site(n).public_ports().items()
               if flavor in catalog.site(n).services[svc].flavors}
     if engine_ok:
-        problems = probe.port_problems(sorted(set(wanted) - owned))
+        problems = probe.front.port_problems(sorted(set(wanted) - owned))
         busy = [f"{port} ({wanted[port]})" for port in sorted(problems)]
     checks.append(_check("ports", "fail" if busy else "ok",
                          f"in use on {bind}: {', '.join(busy)}" if busy else f"all free on {bind} (offset {port_offset})",

@@ -84,6 +84,21 @@ class Lab:
     def find(self) -> Instance | None:
         return Instance.find(self.catalog, self.instance, cancel=self.cancel)
 
+    def _probe(self, flavor: str) -> Instance:
+        """An instance of this name and ``flavor`` on the backend new instances use (nothing is made)."""
+        return Instance(self.catalog, InstanceSettings(self.instance, flavor, data_dir=str(data_dir(flavor)),
+                                                       backend=Instance.backend_kind()), cancel=self.cancel)
+
+    def data_travels(self) -> bool:
+        """Whether a site's data is fetched where its copies boot (a swarm node), not read from this machine."""
+        return self._probe("full").images.moves_data
+
+    def data_held(self, sites: list[str], flavor: str) -> dict[str, dict[str, bool]]:
+        """Where the data of ``sites`` in ``flavor`` is held: {place (a node, or '' for this machine): {file: held}}."""
+        probe = self._probe(flavor)
+        items = probe.copies.data_of([s for s in sites if flavor in self.catalog.site(s).flavors])
+        return probe.images.held(items) if items else {}
+
     def running(self) -> Instance:
         """The running instance; NoSuchInstance when there is none."""
         return Instance.get(self.catalog, self.instance, cancel=self.cancel)
@@ -94,7 +109,7 @@ class Lab:
 
     def sites_up(self) -> list[str]:
         inst = self.find()
-        return inst.sites_up(inst.table()) if inst else []
+        return inst.routing.sites_up(inst.routing.table()) if inst else []
 
     # -- up ----------------------------------------------------------------------------------
     def choose_flavor(self, sites: list[str]) -> tuple[str, str]:
@@ -107,9 +122,9 @@ class Lab:
         inst = self.find()
         if inst is None:
             return []
-        had = {s for (s, _) in inst.copies()}
+        had = {s for (s, _) in inst.copies.of()}
         try:
-            had.update(inst.sites_up(inst.table()))
+            had.update(inst.routing.sites_up(inst.routing.table()))
         except EnvctlError:  # no running proxy (a reboot stops it): the copies say it
             pass
         return sorted(had)
@@ -136,27 +151,27 @@ class Lab:
         d = inst.settings.deployment
         ports = {d.port(p) for s in sites for svc, p in self.catalog.site(s).public_ports().items()
                  if inst.flavor in self.catalog.site(s).services[svc].flavors}
-        for port, holder in inst.port_problems(sorted(ports)).items():
+        for port, holder in inst.front.port_problems(sorted(ports)).items():
             raise PortInUse(f"port {port} on {inst.settings.bind} is in use by {holder}",
                             "stop it, or pass --port-offset N (e.g. --port-offset 100) or another --instance")
-        return sorted(ports | set(inst.proxy_ports()))
+        return sorted(ports | set(inst.front.ports()))
 
     def check_images(self, sites: list[str], flavor: str) -> None:
         """ImageMissing, in one line naming the command that gets or builds them, unless every image of ``sites`` in
         ``flavor`` is on the backend (a swarm: pushed to its registry first)."""
         probe = Instance(self.catalog, InstanceSettings(self.instance, flavor, backend=Instance.backend_kind()))
         names = [n for n in sites if flavor in self.catalog.site(n).flavors]
-        probe.distribute(sorted({img for n in names for img in probe.images(n).values()}))
+        probe.images.distribute(sorted({img for n in names for img in probe.copies.images_of(n).values()}))
         check_images(probe, names)
 
     def _ensure_proxy(self, inst: Instance, ports: list[int], existed: bool, progress: Progress) -> None:
         try:
-            if not inst.image_exists(PROXY_IMAGE):
+            if not inst.images.exists(PROXY_IMAGE):
                 build_image(proxy_build())
-                inst.distribute([PROXY_IMAGE])
-            if inst.ensure_proxy(ports, PROXY_IMAGE):
+                inst.images.distribute([PROXY_IMAGE])
+            if inst.front.ensure(ports, PROXY_IMAGE):
                 progress("*", "proxy", f"front proxy on {inst.settings.bind}: ports {', '.join(map(str, ports))}"
-                         + (f" ({inst.where()})" if inst.where() else ""))
+                         + (f" ({inst.where()[1]})" if inst.where()[1] else ""))
         except BaseException:
             if not existed:
                 inst.remove_network()  # a refused 'up' of a new instance leaves nothing behind
@@ -191,8 +206,9 @@ class Lab:
                 progress(n, "skip", f"no {settings.flavor} flavor: left out (see 'envctl sites show {n}')")
             where = Instance(self.catalog, settings, cancel=self.cancel)
             # where copies boot on other machines (a swarm), the images go where those reach them first
-            where.distribute(sorted({img for n in names for img in where.images(n).values()}), progress)
+            where.images.distribute(sorted({img for n in names for img in where.copies.images_of(n).values()}), progress)
             check_images(where, names)
+            where.copies.prepare_data(names, progress)
             inst, existed = Instance.create(self.catalog, settings, cancel=self.cancel, sites=names)
             try:
                 ports = self._check_ports(names, inst)
@@ -225,7 +241,7 @@ class Lab:
             # Spares are booted by a detached worker: 'up' returns when the active copies are healthy. The plan's
             # sites are re-planned by the worker; '--spares K' sites are not.
             for n, k in want.items():
-                inst.want_ready(n, GOLDEN, k, planned=planned.get(n))
+                inst.routing.want_ready(n, GOLDEN, k, planned=planned.get(n))
             result.spares = want
             result.spares_short = {n: e["why"] for n, e in planned.items() if e["why"]}
             for why in result.spares_short.values():
@@ -242,14 +258,14 @@ class Lab:
         """What reached ``sites`` through the proxy (:class:`envctl.routing.proxy.Activity`), None when it cannot be
         read: compare two readings with ``untouched``/``same_copy`` to know whether a site may have changed."""
         try:
-            return self.running().activity(sites)
+            return self.running().front.activity(sites)
         except EnvctlError:
             return None
 
     def own_headers(self) -> dict[str, str]:
         """The header that marks envctl's own requests to the sites (probes, logins): not counted as their use."""
         try:
-            return self.running().own_headers()
+            return self.running().front.own_headers()
         except EnvctlError:
             return {}
 
@@ -299,7 +315,7 @@ class Lab:
 
     # -- state: reset, verify, snapshots ---------------------------------------------------------
     def _up_sites(self, inst: Instance, sites: list[str] | None, all_sites: bool) -> list[str]:
-        up = inst.sites_up(inst.table())
+        up = inst.routing.sites_up(inst.routing.table())
         if sites:
             self.catalog.resolve(sites)  # unknown names are a usage error, with a suggestion
             missing = [n for n in sites if n not in up]
@@ -349,7 +365,7 @@ class Lab:
         self.catalog.site(site)
         inst = self.running()
         if want is not None:  # an explicit number is the new setting ('--spares K'): the plan no longer decides
-            inst.want_ready(site, GOLDEN, want)
+            inst.routing.want_ready(site, GOLDEN, want)
         return ready.refill(inst, self.logins, site, progress, wait=wait, sources=[GOLDEN])
 
     def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop, *, warm: bool = False,
@@ -400,8 +416,8 @@ class Lab:
         """Remove a named snapshot's images, its warm copies and the login files kept with it."""
         snapshots.validate_name(name)  # as create and restore do, before the engine is asked
         inst = self.find()
-        if inst is not None and inst.has_table():
-            table = inst.table()
+        if inst is not None and inst.routing.exists():
+            table = inst.routing.table()
             for s in [site] if site else list(table.ready.slots) + list(table.ready.wanted):
                 if snapshot_source(name) in table.ready.sources(s):
                     ready.drop(inst, self.logins, s, snapshot_source(name))
@@ -449,22 +465,22 @@ class Lab:
     # -- probes and status ----------------------------------------------------------------------
     def health(self, sites: list[str] | None = None, *, wait: bool = False) -> dict[str, list[ProbeResult]]:
         inst = self.running()
-        names = sites or inst.sites_up(inst.table())
+        names = sites or inst.routing.sites_up(inst.routing.table())
         out = {}
         for n in self.catalog.resolve(names):
             if wait:
                 def check(n: str = n) -> tuple[bool, list[ProbeResult]]:
-                    return inst.probe(n)
+                    return inst.checks.probe(n)
 
                 _, out[n] = wait_for(check, timeout=self.catalog.site(n).health.timeout, cancel=self.cancel)
             else:
-                out[n] = inst.probe(n)[1]
+                out[n] = inst.checks.probe(n)[1]
         return out
 
     def status(self) -> Status:
         inst = self.running()
-        table = inst.table()
-        copies = inst.copies()
+        table = inst.routing.table()
+        copies = inst.copies.of()
         try:
             kills = inst.oom_kills(time.time() - 86400)
         except EnvctlError:
@@ -476,7 +492,7 @@ class Lab:
                 continue
             site = self.catalog.site(site_name)
             active_slot = table.routes.active.get(site_name)
-            ok, probes = inst.probe(site_name) if active_slot and (site_name, active_slot) in copies else (False, [])
+            ok, probes = inst.checks.probe(site_name) if active_slot and (site_name, active_slot) in copies else (False, [])
             containers = []
             for slot in slots:
                 cp = copies[(site_name, slot)]
@@ -501,7 +517,7 @@ class Lab:
         if rec.get("id"):
             lease["id"] = str(rec["id"])[:8] + "…"  # enough to tell leases apart; the id releases it
         return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows, lease=lease,
-                      backend=s.backend, where=inst.where())
+                      backend=s.backend, where=inst.where()[1])
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, sites: list[str] | None = None, *, volumes: bool = False) -> DownResult:
@@ -511,10 +527,10 @@ class Lab:
         ready.stop_workers(self.instance, names)  # a ready copy booting in the background would appear later
         with locked(f"instance.{self.instance}"):
             inst = self._handle()  # what carries its labels is removed even when its proxy and network are gone
-            removed, kept = inst.remove_all(names)
+            removed, kept = inst.copies.remove_all(names)
             if volumes:
                 vols = inst.volumes() if names is None else [v for n in names for v in inst.volumes(n)]
-                refused = inst.remove_volumes(vols)
+                refused = inst.images.remove_volumes(vols)
                 if refused:
                     raise DockerError(
                         "down: could not remove volume" + ("s" if len(refused) > 1 else "") + " "
@@ -527,15 +543,15 @@ class Lab:
     # -- what a lease pool asks of its members (envctl.leases) ---------------------------------------
     def lease_record(self) -> dict[str, Any]:
         """The instance's lease record (kept in its routing table: the engine, not a process, knows who holds it)."""
-        return self._leasing().lease_record()
+        return self._leasing().routing.lease_record()
 
     def write_lease(self, update: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
         """Read-modify-write the lease record (``update`` returns the new one, None to keep it, or raises)."""
         try:
-            return self._leasing().write_lease(update)
+            return self._leasing().routing.write_lease(update)
         except DockerError:  # the instance this Lab last saw is gone or another now: look it up again
             self._leased = None
-            return self._leasing().write_lease(update)
+            return self._leasing().routing.write_lease(update)
 
     def _leasing(self) -> Instance:
         """The running instance, as last found: its lease record is in the proxy's table, reached over HTTP, so a
@@ -546,7 +562,7 @@ class Lab:
 
     def probe_site(self, site: str) -> tuple[bool, str]:
         """(healthy, why not) of ``site`` on its public URL."""
-        ok, results = self.running().probe(site)
+        ok, results = self.running().checks.probe(site)
         if ok:
             return True, ""
         bad = next(r for r in results if not r.ok)
@@ -573,14 +589,14 @@ class Lab:
 
     def spares_ready(self) -> dict[str, int]:
         """Site -> ready spares, for the sites that keep spares (or have some)."""
-        table = self.running().table()
+        table = self.running().routing.table()
         return {s: len(table.ready.spares(s)) for s in table.sites_up()
                 if table.ready.want(s, GOLDEN) or table.ready.spares(s)}
 
     def keeps_spares(self) -> bool:
         """Whether resets should start a refill worker (only when the instance keeps spares)."""
         try:
-            table = self.running().table()
+            table = self.running().routing.table()
         except EnvctlError:
             return False
         return any(table.ready.want(s, GOLDEN) > 0 for s in table.ready.wanted)
@@ -588,7 +604,7 @@ class Lab:
     def ports_free(self, ports: list[int], bind: str) -> bool:
         """Whether this instance could publish ``ports`` (absolute) on ``bind`` now."""
         settings = InstanceSettings(self.instance, bind=bind, backend=Instance.backend_kind())
-        return not Instance(self.catalog, settings).port_problems(ports)
+        return not Instance(self.catalog, settings).front.port_problems(ports)
 
     def lost(self) -> str:
         """Why the instance cannot serve a holder any more ('' when it can): removed, its node down or drained, a
@@ -613,12 +629,12 @@ class Lab:
     def present(self) -> bool:
         """Whether the instance exists and its routing table can be read."""
         inst = self.find()
-        return inst is not None and inst.has_table()
+        return inst is not None and inst.routing.exists()
 
     def node(self) -> str:
         """The node the instance runs on ('' on one machine)."""
         inst = self.find()
-        return inst.node_name() if inst is not None else ""
+        return inst.where()[0] if inst is not None else ""
 
     def harness(self, sites: list[str] | None = None, full_reset: str | None = None) -> dict[str, str]:
         """The environment a harness reads: WebArena's and VisualWebArena's names (WebArena's WIKIPEDIA, the landing
@@ -658,7 +674,7 @@ class Lab:
         if svc not in s.services:
             raise UsageError(f"site '{site}' has no service '{svc}'", f"services: {', '.join(s.services)}")
         inst = self.running()
-        copy = inst.active_copy(site, inst.table())
+        copy = inst.routing.active_copy(site, inst.routing.table())
         if copy is None:
             raise SiteNotUp(site, self.instance)
         if svc not in copy.members:
@@ -673,15 +689,15 @@ class Lab:
 
     def logs(self, site: str, *, service: str | None = None, tail: int = 100) -> str:
         inst, copy, svc = self._active(site, service)
-        return inst.logs(copy, svc, tail)
+        return inst.copies.logs(copy, svc, tail)
 
     def follow_logs(self, site: str, *, service: str | None = None) -> Iterator[str]:
         inst, copy, svc = self._active(site, service)
-        return inst.follow_logs(copy, svc)
+        return inst.copies.follow(copy, svc)
 
     def exec(self, site: str, argv: list[str], *, service: str | None = None) -> tuple[int, str]:
         inst, copy, svc = self._active(site, service)
-        return inst.exec(copy, svc, argv)
+        return inst.copies.exec(copy, svc, argv)
 
     @classmethod
     def instances(cls, catalog: Catalog | None = None) -> list[InstanceInfo]:

@@ -28,8 +28,10 @@ QUOTA_PAGE = (b"<!DOCTYPE html><html><head><title>Google Drive - Quota exceeded<
 class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        """``host``: the address it listens on (a test swarm's nodes reach the host at their network's gateway)."""
+        super().__init__((host, 0), _Handler)
+        self.host = host
         self.files: dict[str, bytes] = {}
         self.paths: dict[str, str] = {}  # name -> file on disk (served without holding it in memory)
         self.log: list[tuple[str, str | None]] = []  # (path, Range header)
@@ -45,7 +47,7 @@ class FaultServer(ThreadingHTTPServer):
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"http://{self.host}:{self.server_address[1]}"
 
     def url(self, mode: str, name: str) -> str:
         return f"{self.base}/{mode}/{name}"

@@ -228,5 +228,5 @@ def test_spare_is_logged_in_through_its_backend_header_without_chromium(lab, mon
     assert httplogin.probe_state(probe_specs(target, ["classifieds", "reddit"]), pair) == []
     monkeypatch.delenv("ENVCTL_CHROMIUM")
     assert browser_probe(target, ["reddit"], auth / "reddit_state.json") == []
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.wanted.setdefault("reddit", {})["golden"] = 0

@@ -116,20 +116,20 @@ def lab(docker_engine, tmp_path_factory) -> Iterator[Lab]:
 
 
 def table(lab: Lab) -> RoutingTable:
-    st = lab.running()._read()
+    st = lab.running().front.read()
     assert st is not None
     return st
 
 
 def slots(lab: Lab) -> set[str]:
-    return {slot for (_, slot) in lab.running().copies("reddit")}
+    return {slot for (_, slot) in lab.running().copies.of("reddit")}
 
 
 def assert_sound(lab: Lab) -> None:
     """One active copy, running and pristine-or-dirty but routed; every listed spare running and pristine."""
     st = table(lab)
     inst = lab.running()
-    copies = inst.copies("reddit")
+    copies = inst.copies.of("reddit")
     active = st.routes.active["reddit"]
     assert (("reddit", active) in copies and copies[("reddit", active)].running()), (active, list(copies))
     routed = {r.backend for r in st.routes.by_port.values()}
@@ -139,8 +139,8 @@ def assert_sound(lab: Lab) -> None:
         assert slot != active, f"spare {slot} is also the active copy"
         c = copies.get(("reddit", slot))
         assert c is not None and c.running(), f"listed spare {slot} is not running"
-        fp = inst.fingerprint(c)
-        assert not inst.not_pristine(c, inst.pristine("reddit", st)), f"listed spare {slot} is dirty ({fp.digest})"
+        fp = inst.checks.fingerprint(c)
+        assert not inst.checks.not_pristine(c, inst.routing.pristine("reddit", st)), f"listed spare {slot} is dirty ({fp.digest})"
 
 
 def repaired(lab: Lab) -> None:
@@ -187,7 +187,7 @@ def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
     made: list[str] = []
     inst, _ = Instance.create(load_catalog(), InstanceSettings(PROXY_INSTANCE, "mini"))
     build(proxy_build())  # the proxy's image is the caller's to provide (envctl.lab builds it)
-    inst.ensure_proxy([PROXY_PORT], PROXY_IMAGE)
+    inst.front.ensure([PROXY_PORT], PROXY_IMAGE)
 
     def backend() -> str:
         name = f"envctl-{PROXY_INSTANCE}-slow-{uuid.uuid4().hex[:6]}"
@@ -195,7 +195,7 @@ def bare_proxy(docker_engine) -> Iterator[Callable[[], str]]:
                         "--network", net, "envctl-mini/base:1", "python3", "-c", SLOW_APP],
                        check=True, capture_output=True)
         made.append(name)
-        with inst._routing() as st:
+        with inst.routing._routing() as st:
             st.routes.by_port[str(PROXY_PORT)] = proxy.Route(name, 8000)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -260,17 +260,17 @@ def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
     squat = f"envctl-{PROXY_INSTANCE}-squat-{uuid.uuid4().hex[:6]}"
     inst = Instance.get(load_catalog(), PROXY_INSTANCE)
     copy = Copy("slow", "x", {"web": Member("web", name, "", {}, "running")})
-    old = inst.backend.address(PROXY_INSTANCE, name)
+    old = inst.backend.proxy.address(PROXY_INSTANCE, name)
     try:
         subprocess.run(["docker", "stop", "-t", "0", name], check=True, capture_output=True)
         subprocess.run(["docker", "run", "-d", "--name", squat, "--label", f"envctl.instance={PROXY_INSTANCE}",
                         "--network", f"envctl-{PROXY_INSTANCE}", "envctl-mini/base:1", "sleep", "600"],
                        check=True, capture_output=True)  # takes the freed address (it serves nothing)
         subprocess.run(["docker", "start", name], check=True, capture_output=True)
-        new = inst.backend.address(PROXY_INSTANCE, name)
+        new = inst.backend.proxy.address(PROXY_INSTANCE, name)
         assert new and new != old, (old, new)
-        assert inst.refresh_addresses(copy) == [name]
-        assert inst.table().routes.addrs[name] == new
+        assert inst.routing.refresh_addresses(copy) == [name]
+        assert inst.routing.table().routes.addrs[name] == new
         deadline, status = time.monotonic() + 30, None
         while time.monotonic() < deadline:
             try:
@@ -281,7 +281,7 @@ def test_a_backend_restarted_alone_is_routed_at_its_new_address(bare_proxy):
                 break
             time.sleep(0.2)
         assert status == 200, status
-        assert inst.refresh_addresses(copy) == []  # nothing moved since
+        assert inst.routing.refresh_addresses(copy) == []  # nothing moved since
     finally:
         subprocess.run(["docker", "rm", "-f", squat], capture_output=True)
 
@@ -495,7 +495,7 @@ def test_sigkill_mid_swap_keeps_one_routed_copy(lab):
 def test_sigkill_mid_spare_boot_never_lists_it(lab, phase):
     """'envctl _replenish' killed while it boots a spare: the half-booted copy is never listed as ready;
     the next reset/replenish removes it."""
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.wanted.setdefault("reddit", {})["golden"] = len(st.ready.spares("reddit")) + 1
     before = table(lab)
     k = Killed(cli_args(lab, "_ready", "reddit", "--auth-dir", str(lab.auth_dir)), UNBUFFERED)
@@ -508,7 +508,7 @@ def test_sigkill_mid_spare_boot_never_lists_it(lab, phase):
     assert after.ready.spares("reddit") == before.ready.spares("reddit"), "a spare got listed mid-boot"
     strays = slots(lab) - {after.routes.active["reddit"], *after.ready.spares("reddit")}
     assert_sound(lab)
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.wanted.setdefault("reddit", {})["golden"] = 1
     repaired(lab)
     print(f"\nkilled mid-{phase}: {len(strays)} stray copy(ies) left, removed by the next reset/replenish")
@@ -520,7 +520,7 @@ def test_sigkill_mid_golden_commit_then_up_repairs(lab):
     booted from it are pristine."""
     lab.replenish("reddit", 1)
     inst = lab.running()
-    active = inst.active_copy("reddit", inst.table())
+    active = inst.routing.active_copy("reddit", inst.routing.table())
     assert active is not None
     name = getattr(next(iter(active.members.values())), "name")
     k = Killed(cli_args(lab, "snapshot", "create", "reddit", "--json"), UNBUFFERED)

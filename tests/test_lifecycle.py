@@ -443,7 +443,7 @@ def repaired(lc1: dict[str, Any]) -> dict[str, Any]:
 
     settled(LC1)
     before = container_ids(LC1)
-    table = Instance.get(load_catalog(), LC1).table()
+    table = Instance.get(load_catalog(), LC1).routing.table()
     victim = f"envctl-{LC1}-reddit-web-{table.routes.active['reddit']}"
     assert victim in before, (victim, sorted(before))
     subprocess.run(["docker", "rm", "-f", victim], check=True, capture_output=True)
@@ -560,7 +560,7 @@ def test_a_copy_whose_container_was_removed_still_names_it_and_port_holder_skips
     a port's holder while another lane removed a container. A copy's members are now read once, with the
     listing: a removal afterwards changes nothing in hand."""
     from envctl.backends.docker import ENGINE as dk
-    from envctl.backends.local import LocalBackend, port_holder
+    from envctl.backends.local import local_backend, port_holder
 
     name = f"lcgone-copy-{os.getpid()}"
     cid = subprocess.run(["docker", "run", "-d", "--name", name, "--label", "envctl.instance=lcgone",
@@ -568,7 +568,7 @@ def test_a_copy_whose_container_was_removed_still_names_it_and_port_holder_skips
                           "--label", "envctl.ports=1", "debian:bookworm-slim", "sleep", "600"],
                          check=True, capture_output=True, text=True).stdout.strip()
     try:
-        [copy] = LocalBackend().copies("lcgone").values()
+        [copy] = local_backend().copies.of("lcgone").values()
         subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
         time.sleep(0.3)  # past any inspect cache
         assert copy.names == [name] and copy.members["web"].id == cid  # as listed: no crash

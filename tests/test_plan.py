@@ -177,13 +177,15 @@ def test_the_routing_table_keeps_what_the_plan_decided() -> None:
 
 
 class FakeInstance:
-    """What capacity.replan uses of an Instance: name, catalog, flavor, settings, backend.host_memory, table(),
-    sites_up(), raise_planned() (the real Instance's rule: never lower, only for a site the plan decides)."""
+    """What capacity.replan uses of an Instance: name, catalog, flavor, settings, backend.placement.host_memory, and of
+    its routing part table(), sites_up(), raise_planned() (the real rule: never lower, only for a site the plan
+    decides); this fake is its own routing part."""
 
     def __init__(self, table: RoutingTable) -> None:
         self.name, self.catalog, self.flavor, self._table = "me", CAT, "mini", table
         self.settings = None
-        self.backend = type("NoHost", (), {"host_memory": staticmethod(lambda _s: None)})()
+        self.backend = type("NoHost", (), {"placement": type("P", (), {"host_memory": staticmethod(lambda _s: None)})()})()
+        self.routing = self
 
     def table(self) -> RoutingTable:
         return RoutingTable.from_json(self._table.to_json())
@@ -212,16 +214,16 @@ def test_a_replenisher_replans_a_site_the_plan_cut_and_boots_its_spare_once_it_f
     full = engine(*[(f"o{i}", mini_instance(f"o{i}", 400 * MIB)) for i in range(30)], ("me", me))
     monkeypatch.setattr(capacity, "engine_or_none", lambda _inst=None: full)
     assert capacity.replan(inst, "reddit") == 0  # still no room: kept at 0, the reason renewed
-    assert "30 other instances" in inst.table().ready.planned["reddit"]["why"]
+    assert "30 other instances" in inst.routing.table().ready.planned["reddit"]["why"]
     freed = engine(*[(f"o{i}", mini_instance(f"o{i}", 80 * MIB)) for i in range(3)], ("me", me))
     monkeypatch.setattr(capacity, "engine_or_none", lambda _inst=None: freed)
     assert capacity.replan(inst, "reddit") == 1  # memory freed up: the spare fits now
-    t = inst.table()
+    t = inst.routing.table()
     assert t.ready.want("reddit") == 1 and t.ready.planned["reddit"]["why"] == "" and not capacity.short(t, "reddit")
     assert capacity.replan(inst, "reddit") is None  # not short any more: nothing to plan
     # '--spares 0' (no 'planned' entry): the plan never overrides it
     explicit = FakeInstance(tbl(active={"reddit": "a"}, wanted={"reddit": 0}))
-    assert capacity.replan(explicit, "reddit") is None and explicit.table().ready.wanted == {"reddit": {"golden": 0}}
+    assert capacity.replan(explicit, "reddit") is None and explicit.routing.table().ready.wanted == {"reddit": {"golden": 0}}
 
 
 def envctl(*args: str) -> subprocess.CompletedProcess:
@@ -340,7 +342,7 @@ def test_up_repairing_a_site_keeps_the_spare_a_replenisher_is_booting(docker_eng
         deadline = time.monotonic() + 120
         while replenisher_pids(inst) and time.monotonic() < deadline:
             time.sleep(0.5)
-        st = Instance.get(load_catalog(), inst).table()
+        st = Instance.get(load_catalog(), inst).routing.table()
         assert st.ready.spares("reddit") and set(st.ready.spares("reddit")) <= booting, st
         assert st.routes.active["reddit"] not in active, "the repaired site runs on a new copy"
     finally:

@@ -48,7 +48,7 @@ def forum_page(lab: Lab) -> str:
 
 
 def pristine(lab: Lab) -> str:
-    return lab.running().table().pristine["reddit"]
+    return lab.running().routing.table().pristine["reddit"]
 
 
 def test_redefining_pristine_saves_the_in_place_state_again(lab):
@@ -76,13 +76,13 @@ def test_up_repairing_a_copy_booted_from_the_golden_keeps_the_golden_pristine(la
     [r] = lab.reset(["reddit"], tier="recreate", refill=False)
     assert r.ok and r.tier == "recreate", r
     inst = lab.running()
-    assert inst.active_copy("reddit", inst.table()).golden, "the active copy must be booted from the golden"
+    assert inst.routing.active_copy("reddit", inst.routing.table()).golden, "the active copy must be booted from the golden"
     before = pristine(lab)
     dirty = f"dirty {uuid.uuid4().hex[:6]}"
     post_on_reddit(lab, dirty)
     assert not lab.verify("reddit").ok
     # the copy keeps running but fails its probes: its route points at a port nothing listens on
-    with inst._routing() as table:
+    with inst.routing._routing() as table:
         web = member_name(INSTANCE, "reddit", "web", table.routes.active["reddit"])
         for port, route in list(table.routes.by_port.items()):
             if route.backend == web:

@@ -66,7 +66,7 @@ def open_gitlab_issue(lab: Lab, title: str) -> None:
 
 
 def state(lab: Lab) -> RoutingTable:
-    st = lab.running()._read()
+    st = lab.running().front.read()
     assert st is not None
     return st
 
@@ -74,7 +74,7 @@ def state(lab: Lab) -> RoutingTable:
 def assert_consistent(lab: Lab, site: str) -> None:
     """One active copy, routed; every listed spare running and pristine; nothing else running."""
     st = state(lab)
-    copies = lab.running().copies(site)
+    copies = lab.running().copies.of(site)
     active = st.routes.active[site]
     assert (site, active) in copies and copies[(site, active)].running()
     for slot in st.ready.spares(site):
@@ -174,7 +174,7 @@ def test_spare_less_inplace_tier_restores_the_database_inside_the_running_copy(l
     """No spare ready (a host with no memory for one): reddit's database is copied back from the template
     saved while the copy was pristine, in the same copy; then verified like any tier."""
     lab.replenish("reddit", 0)
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.slots.setdefault("reddit", {})["golden"] = []
     lab.replenish("reddit", 0)  # removes the spare no longer listed
     active = state(lab).routes.active["reddit"]
@@ -256,27 +256,27 @@ def test_sigkill_during_swap_and_spare_boot_then_reset_recovers(lab):
     p.send_signal(signal.SIGKILL)
     p.wait()
     # 2. kill a replenisher while it boots a spare
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.wanted.setdefault("reddit", {})["golden"] = 2
     q = _envctl("_ready", "reddit", "--instance", INSTANCE, "--auth-dir", str(lab.auth_dir))
     deadline = time.monotonic() + 60
-    n0 = len(lab.running().copies("reddit"))
-    while time.monotonic() < deadline and len(lab.running().copies("reddit")) <= n0:
+    n0 = len(lab.running().copies.of("reddit"))
+    while time.monotonic() < deadline and len(lab.running().copies.of("reddit")) <= n0:
         time.sleep(0.2)
     q.send_signal(signal.SIGKILL)
     q.wait()
     st = state(lab)
-    booted_by_killed = [slot for (_, slot) in lab.running().copies("reddit")
+    booted_by_killed = [slot for (_, slot) in lab.running().copies.of("reddit")
                         if slot != st.routes.active["reddit"] and slot not in st.ready.spares("reddit")]
     # never marked ready unless verified, never two actives
     assert all(slot not in st.ready.spares("reddit") for slot in booted_by_killed)
     [r] = lab.reset(["reddit"], refill=False)
     assert r.ok, r
-    with lab.running()._routing() as st:
+    with lab.running().routing._routing() as st:
         st.ready.wanted.setdefault("reddit", {})["golden"] = 1
     lab.replenish("reddit")
     st = state(lab)
-    left = set(slot for (_, slot) in lab.running().copies("reddit"))
+    left = set(slot for (_, slot) in lab.running().copies.of("reddit"))
     assert left == {st.routes.active["reddit"], *st.ready.spares("reddit")}
     assert_consistent(lab, "reddit")
 

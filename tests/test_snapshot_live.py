@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from conftest import tear_down, up_reddit
-from envctl.instance import Instance
+from envctl.instance.checks import Checks
 from envctl.lab import Lab
 from envctl.backends.docker import ENGINE as dk
 from envctl.routing.table import RoutingTable, snapshot_source
@@ -56,7 +56,7 @@ def listed(lab: Lab, title: str) -> bool:
 
 
 def table(lab: Lab) -> RoutingTable:
-    st = lab.running()._read()
+    st = lab.running().front.read()
     assert st is not None
     return st
 
@@ -83,7 +83,7 @@ def wait_warm(lab: Lab, name: str, timeout: float = 180) -> list[str]:
     while time.monotonic() < deadline:
         st = table(lab)
         slots = warm(st, name)
-        copies = {slot for (_, slot) in lab.running().copies("reddit")}
+        copies = {slot for (_, slot) in lab.running().copies.of("reddit")}
         if slots and copies == {st.routes.active["reddit"], *st.ready.all_slots("reddit")}:
             return slots
         time.sleep(0.3)
@@ -148,7 +148,7 @@ def test_site_serves_during_create_and_no_request_fails(lab):
 def test_write_during_capture_is_caught_and_captured_again(lab, monkeypatch):
     """A write between the first fingerprint and the freeze: the label would lie, so it captures again."""
     title = f"slipped in {uuid.uuid4().hex[:6]}"
-    real = Instance.fingerprint
+    real = Checks.fingerprint
     calls = []
 
     def fingerprint_then_write(self, copy):
@@ -158,7 +158,7 @@ def test_write_during_capture_is_caught_and_captured_again(lab, monkeypatch):
             post(lab, title)  # a real write through the public URL, after the first fingerprint
         return fp
 
-    monkeypatch.setattr(Instance, "fingerprint", fingerprint_then_write)
+    monkeypatch.setattr(Checks, "fingerprint", fingerprint_then_write)
     snap = lab.snapshot_create("reddit", "raced", warm=True)
     monkeypatch.undo()
     assert snap.method == "freeze" and snap.attempts == 2, snap
@@ -192,7 +192,7 @@ def test_warm_restore_swaps_and_state_matches_the_snapshot(lab):
     assert res.login == "kept"  # the login file from before the snapshot logs in on the restored copy
     # in the background: the replaced copy is removed and the next warm copy booted
     [next_slot] = wait_warm(lab, "episode")
-    assert next_slot != slot and (("reddit", dirty) not in lab.running().copies("reddit"))
+    assert next_slot != slot and (("reddit", dirty) not in lab.running().copies.of("reddit"))
     # and the next restore is a swap again
     post(lab, after)
     res2 = lab.snapshot_restore("reddit", "episode")
@@ -262,7 +262,7 @@ def test_cold_restore_without_a_warm_copy(lab):
     # no warm copy was asked for: none is kept, and the replaced copy is gone
     st = table(lab)
     assert not wants_warm(st, "cold")
-    assert {slot for (_, slot) in lab.running().copies("reddit")} == {st.routes.active["reddit"],
+    assert {slot for (_, slot) in lab.running().copies.of("reddit")} == {st.routes.active["reddit"],
                                                                               *st.ready.all_slots("reddit")}
     lab.snapshot_remove("cold", "reddit")
 
@@ -270,21 +270,21 @@ def test_cold_restore_without_a_warm_copy(lab):
 def test_rm_and_down_remove_warm_copies(lab):
     lab.snapshot_create("reddit", "doomed", warm=True)
     [slot] = warm(table(lab), "doomed")
-    assert ("reddit", slot) in lab.running().copies("reddit")
+    assert ("reddit", slot) in lab.running().copies.of("reddit")
     # re-taking a snapshot replaces its warm copies (booted from the old images)
     again = lab.snapshot_create("reddit", "doomed", warm=True)
     assert again.warm and again.warm != [slot]
-    assert ("reddit", slot) not in lab.running().copies("reddit")
+    assert ("reddit", slot) not in lab.running().copies.of("reddit")
     # rm: images, warm copies and the table entry go
     lab.snapshot_remove("doomed", "reddit")
     assert not wants_warm(table(lab), "doomed")
-    assert ("reddit", again.warm[0]) not in lab.running().copies("reddit")
+    assert ("reddit", again.warm[0]) not in lab.running().copies.of("reddit")
     assert not any(s.name == "doomed" for s in lab.snapshots("reddit"))
     # a stray cleanup (what every reset does) keeps warm copies
     lab.snapshot_create("reddit", "kept-warm", warm=True)
     [kept] = warm(table(lab), "kept-warm")
     [r] = lab.reset(["reddit"], refill=False)
-    assert r.ok and ("reddit", kept) in lab.running().copies("reddit")
+    assert r.ok and ("reddit", kept) in lab.running().copies.of("reddit")
     # down of the site removes its warm copies and their table entry
     lab.down(["reddit"])
     assert not dk.containers(instance=INSTANCE, site="reddit")

@@ -1,4 +1,4 @@
-"""Backends: where an instance's copies run, behind one seam (:class:`envctl.backends.base.Backend`).
+"""Backends: where an instance's copies run, behind one seam (:class:`envctl.backends.base.Backend`, four typed parts).
 
 ``local``: containers on one Docker engine (the default). ``swarm``: services on a Docker Swarm, reached
 through a manager (``DOCKER_HOST`` or the docker context pointing at one). Which one a command uses is
@@ -14,15 +14,19 @@ from envctl.errors import UsageError
 
 
 def _local() -> Backend:
-    from envctl.backends.local import LocalBackend
+    from envctl.backends.local import local_backend
 
-    return LocalBackend()
+    return local_backend()
 
 
 def _swarm() -> Backend:
-    from envctl.backends.swarm import SwarmBackend
+    from envctl.backends.swarm import Swarm, SwarmPlacement, SwarmProxy
+    from envctl.backends.swarm_copies import SwarmCopies, SwarmImages
+    from envctl.backends.swarm_data import SwarmData
 
-    return SwarmBackend()
+    swarm = Swarm()
+    data = SwarmData(swarm)
+    return Backend("swarm", SwarmCopies(swarm), SwarmImages(swarm, data), SwarmProxy(swarm), SwarmPlacement(swarm, data))
 
 
 KINDS: dict[str, Callable[[], Backend]] = {"local": _local, "swarm": _swarm}

@@ -1,9 +1,18 @@
 """The engine seam: what a backend does with an instance's copies (docs/architecture.md, "The engine seam").
 
-A *backend* is where an instance's copies run: :class:`envctl.backends.local.LocalBackend` (containers on
-one Docker engine) or :class:`envctl.backends.swarm.SwarmBackend` (services on a Docker Swarm). Everything
-above it — reset tiers, ready copies, snapshots, logins, fingerprints, leases — is written once, against
-:class:`Backend`, and reaches it only through :class:`envctl.instance.Instance`.
+A *backend* is where an instance's copies run: ``local`` (containers on one Docker engine,
+:mod:`envctl.backends.local`) or ``swarm`` (services on a Docker Swarm, :mod:`envctl.backends.swarm`). It is a
+small object holding four typed parts, each a handful of methods:
+
+- :class:`Copies`: boot a copy from its images with labels and limits, list copies by label, remove them, run a
+  step inside a member, its logs, stop and start, freeze and thaw;
+- :class:`Images`: images and data: which exist, their labels, distribution to wherever a copy may boot,
+  captures of a member's state (:class:`Capture`), an instance's named volumes;
+- :class:`FrontProxy`: the instance's front proxy: boot, find, remove, start, a member's address;
+- :class:`Placement`: where an instance runs: its network and node, memory, ports, node states, OOM kills.
+
+Everything above it — reset tiers, ready copies, snapshots, logins, fingerprints, leases — is written once,
+against these parts, and reaches them only through :class:`envctl.instance.Instance`.
 
 A *copy* of a site is one member per service of the site's flavor, sharing a random ``slot`` id and named
 ``envctl-<instance>-<site>-<service>-<slot>``: the name the instance's front proxy and its network's DNS
@@ -16,7 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from envctl.catalog import Deployment
 from envctl.errors import DockerError, NotReady
@@ -150,9 +159,38 @@ class ServiceSpec:
     ready: tuple[str, ...] = ()  # a command that succeeds once the member accepts the configure steps
 
 
+@dataclass(frozen=True)
+class DataItem:
+    """One data file a copy mounts from the data directory (an artifact of its site's flavor: a ZIM, a map archive,
+    an SQL dump), as wherever the copy boots must hold it before it starts (docs/architecture.md, "Data travels
+    with placement"). ``size`` and ``sha256`` are the pins ``envctl images get`` verifies against (None: not
+    pinned yet, the first download pins it); ``extract`` is the catalog's, as JSON."""
+
+    name: str
+    site: str
+    dest: str  # absolute path under the data directory (the service's bind-mount source, the same on every node)
+    data_root: str
+    size: int | None = None
+    estimate: int | None = None  # the catalog's size estimate, for the disk check before a first download
+    sha256: str | None = None
+    sources: tuple[tuple[str, str, str], ...] = ()  # (kind, mirror, url), in order
+    extract: dict[str, object] | None = None
+    volumes: tuple[str, ...] = ()  # named volumes of the instance its extract fills
+
+    @property
+    def bytes(self) -> int:
+        """What holding it takes on a disk (the exact size when pinned, else the estimate; 0 when unknown)."""
+        return self.size or self.estimate or 0
+
+    @property
+    def key(self) -> str:
+        """How a node says it holds this file (a node label ``envctl.data.<key>``)."""
+        return "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name)
+
+
 @dataclass
 class CopySpec:
-    """A copy to boot: its members in dependency order, and what labels its named volumes get."""
+    """A copy to boot: its members in dependency order, what labels its named volumes get, and the data it mounts."""
 
     instance: str
     site: str
@@ -160,6 +198,7 @@ class CopySpec:
     services: list[ServiceSpec]
     timeout: float  # how long each member may take to accept commands
     volume_labels: dict[str, str] = field(default_factory=dict)
+    data: tuple[DataItem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +233,25 @@ class ProxyInfo:
 
 
 @dataclass(frozen=True)
+class ImageInfo:
+    """An image as a backend finds it (on its engine, or in a swarm's registry): read together, once."""
+
+    id: str
+    tags: list[str]
+    labels: dict[str, str]
+    size: int
+
+
+@dataclass
+class Capture:
+    """One member's state as of one instant, committed but not yet an image: :meth:`Images.finish` makes it one
+    (tagged ``tag``), :meth:`Images.discard` drops it. Each backend's own kind carries what it needs."""
+
+    tag: str
+    member: str
+
+
+@dataclass(frozen=True)
 class MemberMemory:
     """A container or service the memory plan counts: its labels, limit (bytes, 0: none) and measured use."""
 
@@ -203,30 +261,9 @@ class MemberMemory:
     running: bool
 
 
-class Backend(ABC):
-    """Where an instance's copies run. Instances, copies, steps in them, commits, images, the front proxy."""
+class Copies(ABC):
+    """A backend's copies: booted from images with labels and limits, listed by label, removed; steps inside them."""
 
-    kind: str = ""
-
-    # -- instances --------------------------------------------------------------------------------
-    @abstractmethod
-    def instance_labels(self, instance: str) -> dict[str, str] | None:
-        """The labels an instance's settings are kept in (its proxy's, else its network's); None: no such instance."""
-
-    @abstractmethod
-    def proxies(self) -> list[tuple[dict[str, str], str]]:
-        """(labels, state) of every instance's front proxy on this backend."""
-
-    @abstractmethod
-    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
-        """Make the instance's network (and, on a swarm, choose its node: one with ``need`` bytes of memory free);
-        (settings as placed, whether the network existed before)."""
-
-    @abstractmethod
-    def remove_network(self, instance: str) -> bool:
-        """Remove the instance's network; False when the engine keeps it (a stale endpoint)."""
-
-    # -- copies -----------------------------------------------------------------------------------
     @abstractmethod
     def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
              cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
@@ -234,8 +271,12 @@ class Backend(ABC):
         on failure remove what was made: nothing half-made is left."""
 
     @abstractmethod
-    def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
+    def of(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
         """The copies of ``instance`` (of ``site``), by (site, slot), listed by label (the proxy left out)."""
+
+    @abstractmethod
+    def member(self, name: str) -> Member | None:
+        """One member as it is now (None: gone)."""
 
     @abstractmethod
     def remove(self, names: list[str]) -> None:
@@ -245,49 +286,11 @@ class Backend(ABC):
     def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
         """Run argv inside ``member`` (wherever it runs); (exit code, output)."""
 
-    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
-        """Members of the instance the kernel killed for their memory limit between ``since`` and ``until`` (Unix
-        times): (site, member name, when). [] where the backend cannot tell."""
-        return []
-
-    def died(self, copy: Copy) -> str:
-        """Why ``copy`` cannot become healthy any more ('' while it may: the default, for a backend that restarts)."""
-        return ""
-
-    def await_accepting(self, spec: CopySpec, copy: Copy, progress: Progress,
-                        cancel: threading.Event | None = None) -> None:
-        """Wait until every member of a booted ``copy`` with ready commands runs them successfully (its catalog
-        ``ready``), inside the member wherever it runs; NotReady after ``spec.timeout``, DockerError when it died."""
-        for svc in spec.services:
-            if not svc.ready:
-                continue
-            progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
-            member, ok, out = copy.members[svc.service], False, ""
-            for _ in attempts(spec.timeout, cancel=cancel):
-                why = self.died(copy)
-                if why:
-                    raise DockerError(f"{spec.site}: {why}", f"see 'envctl logs {spec.site}'")
-                rc, out = self.exec(member, list(svc.ready))
-                ok = rc == 0
-                if ok:
-                    break
-            if not ok:
-                raise NotReady(f"{spec.site}: {svc.service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
-                               f"see 'envctl logs {spec.site}'")
-
-    @abstractmethod
-    def member(self, name: str) -> Member | None:
-        """One member as it is now (None: gone)."""
-
     @abstractmethod
     def logs(self, member: Member, tail: int = 30) -> str: ...
 
     @abstractmethod
     def follow(self, member: Member) -> Iterator[str]: ...
-
-    def start_proxy(self, instance: str) -> None:
-        """Start the instance's stopped front proxy as it is (its table is inside it); a backend whose proxy restarts
-        by itself (a swarm service) does nothing."""
 
     @abstractmethod
     def stop(self, member: Member, timeout: int | None = None) -> None: ...
@@ -301,103 +304,160 @@ class Backend(ABC):
     def freeze(self, members: list[Member]) -> None: ...
 
     @abstractmethod
-    def thaw(self, members: list[Member]) -> None: ...
+    def thaw(self, members: list[Member]) -> None:
+        """Thaw ``members``; one that is not frozen is no failure (a freeze interrupted half-way)."""
+
+    def died(self, copy: Copy) -> str:
+        """Why ``copy`` cannot become healthy any more ('' while it may: the default, for a backend that restarts)."""
+        return ""
+
+
+def await_accepting(copies: Copies, spec: CopySpec, copy: Copy, progress: Progress,
+                    cancel: threading.Event | None = None) -> None:
+    """Wait until every member of a booted ``copy`` with ready commands runs them successfully (its catalog
+    ``ready``), inside the member wherever it runs; NotReady after ``spec.timeout``, DockerError when it died."""
+    for svc in spec.services:
+        if not svc.ready:
+            continue
+        progress(spec.site, "boot", f"waiting for {svc.service} to accept commands")
+        member, ok, out = copy.members[svc.service], False, ""
+        for _ in attempts(spec.timeout, cancel=cancel):
+            why = copies.died(copy)
+            if why:
+                raise DockerError(f"{spec.site}: {why}", f"see 'envctl logs {spec.site}'")
+            rc, out = copies.exec(member, list(svc.ready))
+            ok = rc == 0
+            if ok:
+                break
+        if not ok:
+            raise NotReady(f"{spec.site}: {svc.service} not ready after {spec.timeout:.0f}s ({out[-200:]})",
+                           f"see 'envctl logs {spec.site}'")
+
+
+class Images(ABC):
+    """A backend's images and data: what exists wherever a copy may boot, captures of a member's state, volumes."""
 
     @abstractmethod
-    def commit(self, member: Member, tag: str, labels: dict[str, str], workdir: Path | None = None) -> object:
-        """Commit ``member`` (its declared volumes' contents too) as ``tag``; with ``workdir``, only the part
-        that must see one instant (a capture to :meth:`finish_commit` while the copy runs on)."""
+    def exists(self, ref: str) -> bool: ...
 
     @abstractmethod
-    def finish_commit(self, capture: object) -> str: ...
-
-    def discard_commit(self, capture: object) -> None:
-        """Drop a capture (finished or not) whose snapshot will not be whole: nothing of it stays."""
-
-    def commits(self, items: list[tuple[Member, str, dict[str, str], Path]]) -> list[object]:
-        """Capture each (member, tag, labels, workdir) of one snapshot, or none: when one fails (a full disk under its
-        volumes' copy) or an interrupt lands, the others' captures are discarded."""
-        caps: list[object] = []
-        try:
-            for member, tag, labels, workdir in items:
-                caps.append(self.commit(member, tag, labels, workdir))
-        except BaseException:
-            for cap in caps:
-                self.discard_commit(cap)
-            raise
-        return caps
-
-    def finish_commits(self, captures: list[object]) -> None:
-        """Finish every capture of one snapshot, or none: when one fails (or an interrupt lands), the others'
-        images are removed too, so a snapshot is whole or absent."""
-        try:
-            for cap in captures:
-                self.finish_commit(cap)
-        except BaseException:
-            for cap in captures:
-                self.discard_commit(cap)
-            raise
-
-    # -- images -----------------------------------------------------------------------------------
-    @abstractmethod
-    def image_exists(self, ref: str) -> bool: ...
+    def info(self, ref: str) -> ImageInfo:
+        """An image's id, tags, labels and size (DockerError naming it when it does not exist)."""
 
     @abstractmethod
-    def image_id(self, ref: str) -> str: ...
+    def labelled(self, label_key: str) -> list[ImageInfo]:
+        """Every image carrying ``label_key`` (an image removed meanwhile is left out)."""
 
     @abstractmethod
-    def image_labels(self, ref: str) -> dict[str, str]: ...
-
-    @abstractmethod
-    def images_labelled(self, label_key: str) -> list[tuple[str, list[str], dict[str, str], int]]:
-        """(id, tags, labels, size) of every image carrying ``label_key``."""
-
-    @abstractmethod
-    def remove_image(self, ref: str) -> None: ...
+    def remove(self, ref: str) -> None: ...
 
     def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
         """Make images reachable wherever a copy may boot (a no-op on one engine)."""
 
-    # -- the front proxy ----------------------------------------------------------------------------
     @abstractmethod
-    def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo: ...
+    def capture(self, member: Member, tag: str, labels: dict[str, str], workdir: Path) -> Capture:
+        """The part of a commit that must see one instant of ``member``: its layer, and its declared volumes'
+        contents copied into ``workdir`` (the caller's); never pauses it (the caller decides)."""
 
     @abstractmethod
-    def proxy(self, instance: str) -> ProxyInfo | None: ...
+    def finish(self, capture: Capture) -> str:
+        """Make a capture the image tagged ``capture.tag`` (reachable wherever a copy may boot); its id."""
 
     @abstractmethod
-    def remove_proxy(self, instance: str) -> None: ...
+    def discard(self, capture: Capture) -> None:
+        """Drop a capture (finished or not) whose snapshot will not be whole: nothing of it stays."""
+
+    moves_data: bool = False  # whether place() carries data to where copies boot (a swarm), not only checks it
+
+    @abstractmethod
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+              helper: str = "") -> dict[str, tuple[str, int]]:
+        """Make ``items`` be where the instance's copies boot before one starts: fetched there and verified by their
+        pins (a swarm node, with the node-data ``helper`` image), or checked where they are (this machine:
+        ``images get`` put them there); one line naming what is missing and the fix when that cannot be.
+        {name: (sha256, size)} of what was fetched (the caller pins what was not pinned yet)."""
+
+    @abstractmethod
+    def held(self, items: Sequence[DataItem]) -> dict[str, dict[str, bool]]:
+        """Where each item is held: {place (a node's name, or '' for this machine): {item name: held}}."""
+
+    @abstractmethod
+    def volumes(self, instance: str, site: str | None = None) -> list[str]:
+        """The named volumes of ``instance`` (of ``site``), wherever they are."""
+
+    @abstractmethod
+    def remove_volumes(self, names: list[str]) -> dict[str, str]:
+        """Remove volumes; {name: why} for those the engine kept."""
+
+
+def capture_all(images: Images, items: Sequence[tuple[Member, str, dict[str, str], Path]]) -> list[Capture]:
+    """Capture each (member, tag, labels, workdir) of one snapshot, or none: when one fails (a full disk under its
+    volumes' copy) or an interrupt lands, the others' captures are discarded."""
+    caps: list[Capture] = []
+    try:
+        for member, tag, labels, workdir in items:
+            caps.append(images.capture(member, tag, labels, workdir))
+    except BaseException:
+        for cap in caps:
+            images.discard(cap)
+        raise
+    return caps
+
+
+def finish_all(images: Images, captures: list[Capture]) -> None:
+    """Finish every capture of one snapshot, or none: when one fails (or an interrupt lands), the others' images
+    are removed too, so a snapshot is whole or absent."""
+    try:
+        for cap in captures:
+            images.finish(cap)
+    except BaseException:
+        for cap in captures:
+            images.discard(cap)
+        raise
+
+
+class FrontProxy(ABC):
+    """A backend's front proxies: one per instance, owning its public ports."""
+
+    @abstractmethod
+    def boot(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo: ...
+
+    @abstractmethod
+    def find(self, instance: str) -> ProxyInfo | None: ...
+
+    @abstractmethod
+    def all(self) -> list[tuple[dict[str, str], str]]:
+        """(labels, state) of every instance's front proxy on this backend."""
+
+    @abstractmethod
+    def remove(self, instance: str) -> None: ...
+
+    def start(self, instance: str) -> None:
+        """Start the instance's stopped front proxy as it is (its table is inside it); a backend whose proxy restarts
+        by itself (a swarm service) does nothing."""
 
     @abstractmethod
     def address(self, instance: str, name: str) -> str | None:
         """``name``'s address on the instance's network (what the proxy's runtime servers point at)."""
 
-    # -- ports, volumes, memory -------------------------------------------------------------------------
     @abstractmethod
-    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
-        """'' when ``port`` can be published for the instance, else who holds it."""
+    def instance_labels(self, instance: str) -> dict[str, str] | None:
+        """The labels an instance's settings are kept in (its proxy's, else its network's); None: no such instance."""
 
-    @abstractmethod
-    def volumes(self, instance: str, site: str | None = None) -> list[str]: ...
 
-    @abstractmethod
-    def remove_volumes(self, names: list[str]) -> dict[str, str]: ...
+class Placement(ABC):
+    """Where a backend's instances run: their networks and nodes, memory, ports, and what happens to the nodes."""
 
     @abstractmethod
-    def memory(self) -> tuple[list[MemberMemory], int, str]:
-        """Every envctl member's labels, limit and measured use; bytes used by everything; how measured."""
+    def prepare(self, settings: InstanceSettings, need: int = 0,
+                data: Sequence[DataItem] = ()) -> tuple[InstanceSettings, bool]:
+        """Make the instance's network (and, on a swarm, choose its node: one with ``need`` bytes of memory free,
+        preferring one that holds ``data`` already and refusing one whose disk cannot hold what it lacks);
+        (settings as placed, whether the network existed before)."""
 
-    def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
-        """Bytes of memory where the instance's copies run (None: this machine's)."""
-        return None
-
-    def where(self, settings: InstanceSettings) -> str:
-        """Where the instance runs, for humans ('' on this machine)."""
-        return ""
-
-    def node_name(self, settings: InstanceSettings) -> str:
-        """The name of the node the instance runs on ('' on one machine)."""
-        return ""
+    @abstractmethod
+    def remove_network(self, instance: str) -> bool:
+        """Remove the instance's network; False when the engine keeps it (a stale endpoint)."""
 
     def problem(self, settings: InstanceSettings) -> str:
         """Why the place the instance runs cannot run it now ('' when it can): a node down, drained, gone."""
@@ -407,10 +467,38 @@ class Backend(ABC):
         """Node -> its state (ready, down, drain) for a backend of many machines; {} for one."""
         return {}
 
+    def where(self, settings: InstanceSettings) -> tuple[str, str]:
+        """(the node's name, where the instance runs for humans); ('', '') on this machine."""
+        return "", ""
+
+    def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
+        """Bytes of memory where the instance's copies run (None: this machine's)."""
+        return None
+
+    @abstractmethod
+    def memory(self) -> tuple[list[MemberMemory], int, str]:
+        """Every envctl member's labels, limit and measured use; bytes used by everything; how measured."""
+
+    @abstractmethod
+    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
+        """'' when ``port`` can be published for the instance, else who holds it."""
+
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        """Members of the instance the kernel killed for their memory limit between ``since`` and ``until`` (Unix
+        times): (site, member name, when). [] where the backend cannot tell."""
+        return []
+
     @abstractmethod
     def info(self) -> dict[str, object]:
         """The engine's version, storage driver, data root, CPUs (EngineUnavailable when it cannot be asked)."""
 
-    def engine_check(self) -> None:
-        """Raise EngineUnavailable (one line, with the fix) when the backend cannot be used now."""
-        self.info()
+
+@dataclass(frozen=True)
+class Backend:
+    """Where an instance's copies run: a kind and its four parts."""
+
+    kind: str
+    copies: Copies
+    images: Images
+    proxy: FrontProxy
+    placement: Placement

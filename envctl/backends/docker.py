@@ -510,6 +510,12 @@ class Engine:
         return dict(self.docker.image.inspect(ref).config.labels or {})
 
     @_wrap
+    def image_seen(self, ref: str) -> ImageSeen:
+        """An image's id, tags, labels and size in one read (DockerError when there is none)."""
+        img = self.docker.image.inspect(ref)
+        return ImageSeen(str(img.id), list(img.repo_tags or []), dict(img.config.labels or {}), int(img.size or 0))
+
+    @_wrap
     def image_volumes(self, ref: str) -> list[str]:
         """The paths an image declares as ``VOLUME`` (``docker commit`` does not capture their contents)."""
         return sorted((self.docker.image.inspect(ref).config.volumes or {}).keys())

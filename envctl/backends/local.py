@@ -1,21 +1,24 @@
 """The local backend: an instance's copies are containers on one Docker engine (``DOCKER_HOST``, the docker
 context, or this machine's). Its members are containers named as :func:`member_name` says, on the
 instance's bridge network; its front proxy is a container publishing the sites' ports on ``bind``.
+Its four parts share the one :class:`Engine`; each method is what the part means on one engine.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from envctl.backends.base import (Backend, Copy, CopySpec, MemberMemory, InstanceSettings, Member, Progress, ProxyInfo,
-                                  ProxySpec, _noop, network_name, proxy_name)
-from envctl.backends.docker import ENGINE, ContainerSeen, Engine, RunSpec
-from envctl.errors import EnvctlError
+from envctl.backends.base import (Backend, Capture, Copies, Copy, CopySpec, DataItem, FrontProxy, ImageInfo, Images,
+                                  InstanceSettings, Member, MemberMemory, Placement, Progress, ProxyInfo, ProxySpec, _noop,
+                                  await_accepting, network_name, proxy_name)
+from envctl.backends.docker import ENGINE, Capture as EngineCapture, ContainerSeen, Engine, RunSpec
+from envctl.errors import EnvctlError, ImageMissing
 
 
 def member_of(c: ContainerSeen, instance: str = "") -> Member:
@@ -35,37 +38,12 @@ def port_bindable(bind: str, port: int) -> bool:
             return False
 
 
-class LocalBackend(Backend):
-    """Copies as containers on one Docker engine."""
+class LocalCopies(Copies):
+    """Copies as containers on one engine."""
 
-    kind = "local"
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
-    def __init__(self, engine: Engine | None = None) -> None:
-        self.engine = engine or ENGINE
-
-    # -- instances --------------------------------------------------------------------------------
-    def instance_labels(self, instance: str) -> dict[str, str] | None:
-        c = self.engine.container(proxy_name(instance))
-        if c is not None:
-            return c.labels
-        return self.engine.networks(instance=instance).get(network_name(instance))
-
-    def proxies(self) -> list[tuple[dict[str, str], str]]:
-        return [(c.labels, c.status) for c in self.engine.containers(role="proxy")]
-
-    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
-        if not settings.public_host:
-            settings = dataclasses.replace(settings, public_host="127.0.0.1")
-        existed = self.engine.ensure_network(network_name(settings.name), settings.labels())
-        return settings, existed
-
-    def remove_network(self, instance: str) -> bool:
-        return self.engine.remove_network(network_name(instance))
-
-    def info(self) -> dict[str, object]:
-        return self.engine.info()
-
-    # -- copies -----------------------------------------------------------------------------------
     def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
              cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
         copy = Copy(spec.site, spec.slot)
@@ -87,16 +65,12 @@ class LocalBackend(Backend):
                 copy.members[svc.service] = member_of(self.engine.wait_running(svc.name), spec.instance)
             timings["create"] = time.monotonic() - t0
             t1 = time.monotonic()
-            self.await_accepting(spec, copy, progress, cancel)
+            await_accepting(self, spec, copy, progress, cancel)
             timings["boot"] = time.monotonic() - t1
             return copy
         except BaseException:
             self.remove([s.name for s in spec.services])  # by the names it was given
             raise
-
-    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
-        return [(lab.get("envctl.site", ""), lab.get("name", ""), t)
-                for lab, t in self.engine.oom_events({"envctl.instance": settings.name}, since, until)]
 
     def died(self, copy: Copy) -> str:
         """Why ``copy`` cannot become healthy any more, or '' while every member runs."""
@@ -109,7 +83,7 @@ class LocalBackend(Backend):
                 return f"container {m.name} ({svc}) stopped{why}\n--- last log lines ---\n{self.engine.logs(m.name, 15)}"
         return ""
 
-    def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
+    def of(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
         filt = {"instance": instance, **({"site": site} if site else {})}
         found: dict[tuple[str, str], Copy] = {}
         for c in self.engine.containers(**filt):
@@ -135,9 +109,6 @@ class LocalBackend(Backend):
     def follow(self, member: Member) -> Iterator[str]:
         return self.engine.stream_logs(member.name)
 
-    def start_proxy(self, instance: str) -> None:
-        self.engine.start(proxy_name(instance))
-
     def stop(self, member: Member, timeout: int | None = None) -> None:
         self.engine.stop(member.name, timeout=timeout)
 
@@ -154,35 +125,70 @@ class LocalBackend(Backend):
     def thaw(self, members: list[Member]) -> None:
         self.engine.unpause([m.name for m in members])
 
-    def commit(self, member: Member, tag: str, labels: dict[str, str], workdir: Path | None = None) -> object:
-        if workdir is None:
-            return self.engine.commit(member.name, tag, labels)
-        return self.engine.capture(member.name, tag, labels, workdir)
 
-    def finish_commit(self, capture: object) -> str:
-        return self.engine.finish_capture(capture)  # type: ignore[arg-type]
+@dataclass
+class LocalCapture(Capture):
+    raw: EngineCapture
 
-    def discard_commit(self, capture: object) -> None:
-        self.engine.discard_capture(capture)  # type: ignore[arg-type]
 
-    # -- images -----------------------------------------------------------------------------------
-    def image_exists(self, ref: str) -> bool:
+class LocalImages(Images):
+    """Images and volumes on one engine: already where every copy boots."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def exists(self, ref: str) -> bool:
         return self.engine.image_exists(ref)
 
-    def image_id(self, ref: str) -> str:
-        return self.engine.image_id(ref)
+    def info(self, ref: str) -> ImageInfo:
+        i = self.engine.image_seen(ref)
+        return ImageInfo(i.id, i.tags, i.labels, i.size)
 
-    def image_labels(self, ref: str) -> dict[str, str]:
-        return self.engine.image_labels(ref)
+    def labelled(self, label_key: str) -> list[ImageInfo]:
+        return [ImageInfo(i.id, i.tags, i.labels, i.size) for i in self.engine.images_labelled(label_key)]
 
-    def images_labelled(self, label_key: str) -> list[tuple[str, list[str], dict[str, str], int]]:
-        return [(i.id, i.tags, i.labels, i.size) for i in self.engine.images_labelled(label_key)]
-
-    def remove_image(self, ref: str) -> None:
+    def remove(self, ref: str) -> None:
         self.engine.remove_image(ref)
 
-    # -- the front proxy ----------------------------------------------------------------------------
-    def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
+    def capture(self, member: Member, tag: str, labels: dict[str, str], workdir: Path) -> Capture:
+        return LocalCapture(tag, member.name, self.engine.capture(member.name, tag, labels, workdir))
+
+    def finish(self, capture: Capture) -> str:
+        assert isinstance(capture, LocalCapture)
+        return self.engine.finish_capture(capture.raw)
+
+    def discard(self, capture: Capture) -> None:
+        assert isinstance(capture, LocalCapture)
+        self.engine.discard_capture(capture.raw)
+
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+              helper: str = "") -> dict[str, tuple[str, int]]:
+        """Check that ``items`` are in this machine's data directory ('envctl images get' puts them there)."""
+        missing = [i for i in items if not _held_here(i)]
+        if missing:
+            sites = sorted({i.site for i in missing})
+            raise ImageMissing(f"missing data: {', '.join(f'{i.name} ({i.site})' for i in missing)} not in "
+                               f"{missing[0].data_root}", f"run 'envctl images get --flavor {settings.flavor} "
+                               f"{' '.join(sites)}'")
+        return {}
+
+    def held(self, items: Sequence[DataItem]) -> dict[str, dict[str, bool]]:
+        return {"": {i.name: _held_here(i) for i in items}}
+
+    def volumes(self, instance: str, site: str | None = None) -> list[str]:
+        return self.engine.volumes(instance=instance, **({"site": site} if site else {}))
+
+    def remove_volumes(self, names: list[str]) -> dict[str, str]:
+        return self.engine.remove_volumes(names)
+
+
+class LocalProxy(FrontProxy):
+    """The front proxy as a container publishing on the instance's bind address."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def boot(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
         name = proxy_name(spec.instance)
         self.engine.remove([name])
         self.engine.run(RunSpec(name=name, image=spec.image, labels=spec.labels, network=network_name(spec.instance),
@@ -191,14 +197,20 @@ class LocalBackend(Backend):
         c = self.engine.wait_running(name)
         return ProxyInfo(name, c.labels, True, _reach(spec.bind))
 
-    def proxy(self, instance: str) -> ProxyInfo | None:
+    def find(self, instance: str) -> ProxyInfo | None:
         c = self.engine.container(proxy_name(instance))
         if c is None:
             return None
         return ProxyInfo(c.name, c.labels, c.status == "running", _reach(c.labels.get("envctl.bind", "127.0.0.1")))
 
-    def remove_proxy(self, instance: str) -> None:
+    def all(self) -> list[tuple[dict[str, str], str]]:
+        return [(c.labels, c.status) for c in self.engine.containers(role="proxy")]
+
+    def remove(self, instance: str) -> None:
         self.engine.remove([proxy_name(instance)])
+
+    def start(self, instance: str) -> None:
+        self.engine.start(proxy_name(instance))
 
     def address(self, instance: str, name: str) -> str | None:
         c = self.engine.container(name)
@@ -206,30 +218,65 @@ class LocalBackend(Backend):
             return None
         return c.addresses.get(network_name(instance)) or next(iter(c.addresses.values()), None)
 
-    # -- ports, volumes, memory -------------------------------------------------------------------------
+    def instance_labels(self, instance: str) -> dict[str, str] | None:
+        c = self.engine.container(proxy_name(instance))
+        if c is not None:
+            return c.labels
+        return self.engine.networks(instance=instance).get(network_name(instance))
+
+
+class LocalPlacement(Placement):
+    """Every instance on this one engine: its bridge network, this machine's memory and ports."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def prepare(self, settings: InstanceSettings, need: int = 0,
+                data: Sequence[DataItem] = ()) -> tuple[InstanceSettings, bool]:
+        if not settings.public_host:
+            settings = dataclasses.replace(settings, public_host="127.0.0.1")
+        existed = self.engine.ensure_network(network_name(settings.name), settings.labels())
+        return settings, existed
+
+    def remove_network(self, instance: str) -> bool:
+        return self.engine.remove_network(network_name(instance))
+
+    def info(self) -> dict[str, object]:
+        return self.engine.info()
+
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        return [(lab.get("envctl.site", ""), lab.get("name", ""), t)
+                for lab, t in self.engine.oom_events({"envctl.instance": settings.name}, since, until)]
+
     def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
         if port in owned:
             return ""
         # Docker's own allocations too: a container that fails to publish can leave a stale endpoint behind in
         # the network (an engine bug), so a clash must be refused before anything is made.
-        if port_bindable(settings.bind, port) and port not in self._published():
+        if port_bindable(settings.bind, port) and port not in self.engine.published_host_ports():
             return ""
         return port_holder(self.engine, port)
-
-    def _published(self) -> dict[int, str]:
-        return self.engine.published_host_ports()
-
-    def volumes(self, instance: str, site: str | None = None) -> list[str]:
-        return self.engine.volumes(instance=instance, **({"site": site} if site else {}))
-
-    def remove_volumes(self, names: list[str]) -> dict[str, str]:
-        return self.engine.remove_volumes(names)
 
     def memory(self) -> tuple[list[MemberMemory], int, str]:
         every = self.engine.container_memory()
         use, source = self.engine.memory_use([c.id for c in every if c.running])
         held = [MemberMemory(c.labels, c.limit, use.get(c.id), c.running) for c in every if c.labels.get("envctl.instance")]
         return held, sum(use.values()), source
+
+
+def _held_here(item: DataItem) -> bool:
+    """The file is in this machine's data directory whole (its pinned size, when pinned)."""
+    p = Path(item.dest)
+    try:
+        return p.is_file() and (item.size is None or p.stat().st_size == item.size)
+    except OSError:
+        return False
+
+
+def local_backend(engine: Engine | None = None) -> Backend:
+    """The local backend: its four parts on ``engine`` (default: the one ``DOCKER_HOST`` names)."""
+    engine = engine or ENGINE
+    return Backend("local", LocalCopies(engine), LocalImages(engine), LocalProxy(engine), LocalPlacement(engine))
 
 
 def _reach(bind: str) -> str:

@@ -32,11 +32,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, Sequence
 
-from envctl.backends.base import (Backend, Copy, CopySpec, InstanceSettings, Member, MemberMemory, Progress, ProxyInfo,
-                                  ProxySpec, ServiceSpec, _noop, network_name, proxy_name)
-from envctl.backends.docker import ENGINE, Capture, Engine
+from envctl.backends.base import (DataItem, FrontProxy, InstanceSettings, Member, MemberMemory, Placement, ProxyInfo,
+                                  ProxySpec, network_name, proxy_name)
+from envctl.backends.docker import ENGINE, Engine
 from envctl.backends.registry import Registry
 from envctl.errors import DockerError, EngineUnavailable, EnvctlError, NotReady, UsageError
 from envctl.healthchecks.wait import attempts
@@ -100,10 +100,9 @@ def _constraint_matches(expr: str, node: Node) -> bool:
     return (have == want) == (op == "==")
 
 
-class SwarmBackend(Backend):
-    """Copies as services on a Docker Swarm (see the module's docstring)."""
-
-    kind = "swarm"
+class Swarm:
+    """What the four parts of the Swarm backend share: the manager, the registry, the nodes and their engines, and
+    how services and their tasks read."""
 
     def __init__(self, manager: Engine | None = None, registry: str | None = None) -> None:
         self.manager = manager or ENGINE
@@ -114,7 +113,6 @@ class SwarmBackend(Backend):
         self._nodes_at = -1e9
         self._lock = threading.Lock()
 
-    # -- the swarm ----------------------------------------------------------------------------------
     @property
     def registry(self) -> Registry:
         if not self.registry_address:
@@ -127,16 +125,6 @@ class SwarmBackend(Backend):
     def ref(self, image: str) -> str:
         """The reference a node pulls ``image`` by: the registry's copy."""
         return image if image.startswith(self.registry_address + "/") else f"{self.registry_address}/{image}"
-
-    def info(self) -> dict[str, object]:
-        info = self.manager.info()
-        if not info.get("swarm_manager"):
-            where = self.manager.where
-            raise EngineUnavailable(f"{where} is not a swarm manager (swarm: {info.get('swarm') or 'inactive'})",
-                                    "point DOCKER_HOST at a manager of the swarm ('docker swarm init' makes one), or "
-                                    "unset ENVCTL_BACKEND for this machine's engine")
-        self.registry  # noqa: B018 - a missing registry setting is named before anything runs
-        return info
 
     def nodes(self, *, fresh: bool = False) -> dict[str, Node]:
         """The swarm's nodes by id (read again when older than 2 s, or ``fresh``)."""
@@ -177,43 +165,13 @@ class SwarmBackend(Backend):
                 self._engines[url] = Engine(url, timeout=self.manager.timeout)
             return self._engines[url]
 
-    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
-        node = self.nodes().get(settings.node)
-        if node is None or node.state != "ready":  # a lost node's engine would hold the call (problem() says why)
-            return []
-        return [(lab.get("envctl.site", ""), lab.get("com.docker.swarm.service.name", lab.get("name", "")), t)
-                for lab, t in self.engine(settings.node).oom_events({"envctl.instance": settings.name}, since, until)]
-
-    def node_states(self) -> dict[str, str]:
-        return {n.hostname: (n.state if n.state != "ready" else "drain" if n.availability == "drain" else "ready")
-                for n in self.nodes().values()}
-
-    def problem(self, settings: InstanceSettings) -> str:
-        """Why the instance's node cannot run it now ('' when it can): down, drained, gone."""
-        if not settings.node:
-            return ""
-        try:
-            node = self.nodes(fresh=True).get(settings.node)
-        except EnvctlError as exc:
-            return str(exc).splitlines()[0]
-        if node is None:
-            return f"node down ({settings.node[:12]} left the swarm)"
-        if node.state != "ready":
-            return f"node down ({node.hostname} is {node.state})"
-        if node.availability == "drain":
-            return f"node drained ({node.hostname})"
-        if not self.engine(node.id).ping(timeout=3):  # the manager notices a lost node only after its heartbeat
-            return f"node down ({node.hostname} does not answer)"
-        return ""
-
-    # -- services and tasks -------------------------------------------------------------------------
-    def _services(self, **labels: str) -> list[dict[str, Any]]:
+    def services(self, **labels: str) -> list[dict[str, Any]]:
         filters = [a for k, v in labels.items() for a in ("--filter", f"label=envctl.{k}={v}")] or \
             ["--filter", "label=envctl.instance"]
         ids = self.manager.run_cli(["service", "ls", "-q", *filters], what="service ls").split()
         return self.manager.json_cli(["service", "inspect", *ids], what="service inspect") if ids else []
 
-    def _tasks(self, services: list[str]) -> dict[str, Task]:
+    def tasks(self, services: list[str]) -> dict[str, Task]:
         """The latest task of each service (by id), read in two calls whatever their number."""
         if not services:
             return {}
@@ -244,7 +202,7 @@ class SwarmBackend(Backend):
                               cs.get("ContainerID", ""), st.get("Err", ""), addrs, int(cs.get("ExitCode") or 0))
         return tasks
 
-    def _member(self, svc: dict[str, Any], task: Task | None) -> Member:
+    def member_of(self, svc: dict[str, Any], task: Task | None) -> Member:
         spec = svc.get("Spec") or {}
         labels = dict(spec.get("Labels") or {})
         status = ""
@@ -262,11 +220,11 @@ class SwarmBackend(Backend):
                       status, image, task.node if task else "", (task.addresses.get(net, "") if task else ""),
                       task.exit_code if task else 0, "OOM" in (task.error if task else ""))
 
-    def _await_task(self, name: str, timeout: float, cancel: threading.Event | None = None) -> Task:
+    def await_task(self, name: str, timeout: float, cancel: threading.Event | None = None) -> Task:
         """The running task of service ``name``, waited for; one line naming why it cannot run."""
         task: Task | None = None
         for _ in attempts(timeout, cancel=cancel, cap=1.0):
-            tasks = self._tasks([name])
+            tasks = self.tasks([name])
             task = next(iter(tasks.values()), None)
             if task is not None and task.state == RUNNING and task.container:
                 return task
@@ -280,46 +238,129 @@ class SwarmBackend(Backend):
         raise NotReady(f"swarm service {name} is not running after {timeout:.0f}s ({why or (task.state if task else '')})",
                        "see 'docker service ps --no-trunc " + name + "' on the manager")
 
-    # -- instances --------------------------------------------------------------------------------
-    def instance_labels(self, instance: str) -> dict[str, str] | None:
-        svc = self.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
-        if svc:
-            return dict((svc[0].get("Spec") or {}).get("Labels") or {})
-        net = self.manager.json_cli(["network", "inspect", network_name(instance)], what="network inspect")
-        return dict(net[0].get("Labels") or {}) if net and (net[0].get("Labels") or {}).get("envctl.instance") else None
+    def member(self, name: str) -> Member | None:
+        svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
+        if not svc:
+            return None
+        return self.member_of(svc[0], self.tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
 
-    def proxies(self) -> list[tuple[dict[str, str], str]]:
-        svcs = self._services(role="proxy")
-        tasks = self._tasks([s["ID"] for s in svcs])
-        out = []
-        for s in svcs:
-            m = self._member(s, tasks.get(s["ID"]))
-            out.append((m.labels, m.status or "created"))
-        return out
+    def remove_services(self, names: list[str]) -> None:
+        existing = [n for n in names if n]
+        if not existing:
+            return
+        listed = set(self.manager.run_cli(["service", "ls", "--format", "{{.Name}}"], what="service ls").split())
+        gone = [n for n in existing if n in listed]
+        if gone:
+            self.manager.run_cli(["service", "rm", *gone], what="service rm")
 
-    def prepare(self, settings: InstanceSettings, need: int = 0) -> tuple[InstanceSettings, bool]:
+    def live(self, member: Member) -> tuple[Engine, str]:
+        """The engine of the node ``member`` runs on now, and its container (looked up again when stale)."""
+        if not member.id or not member.node:
+            live = self.member(member.name)
+            if live is None or not live.id:
+                raise DockerError(f"swarm service {member.name} has no running task", "see 'envctl status'")
+            member = live
+        return self.engine(member.node), member.id
+
+    def push_from(self, eng: Engine, tag: str) -> None:
+        """Push ``tag`` (made on the engine ``eng``) to the registry, so that every node can boot it."""
+        eng.tag_image(tag, self.ref(tag))
+        eng.push(self.ref(tag))
+
+    def helper_image(self, node: str) -> None:
+        """The helper image (debian:bookworm-slim) on the node: pulled from the registry, tagged as itself."""
+        self.pull(node, HELPER)
+
+    def pull(self, node: str, image: str) -> None:
+        """``image`` on the node's engine under its own name: pulled from the registry when missing there."""
+        eng = self.engine(node)
+        if eng.image_exists(image):
+            return
+        for _ in eng.pull_lines(self.ref(image)):
+            pass
+        eng.tag_image(self.ref(image), image)
+
+
+class DataRoom(Protocol):
+    """What placement asks of the nodes' data (envctl.backends.swarm_data.SwarmData)."""
+
+    def lacking(self, node: Node, items: Sequence[DataItem]) -> list[DataItem]: ...
+
+    def room_problem(self, node: Node, items: Sequence[DataItem]) -> str: ...
+
+
+class SwarmPlacement(Placement):
+    """Where an instance runs on a swarm: the node envctl chooses, its network, memory and ports."""
+
+    def __init__(self, swarm: Swarm, data: DataRoom) -> None:
+        self.swarm = swarm
+        self.data = data
+
+    def info(self) -> dict[str, object]:
+        info = self.swarm.manager.info()
+        if not info.get("swarm_manager"):
+            where = self.swarm.manager.where
+            raise EngineUnavailable(f"{where} is not a swarm manager (swarm: {info.get('swarm') or 'inactive'})",
+                                    "point DOCKER_HOST at a manager of the swarm ('docker swarm init' makes one), or "
+                                    "unset ENVCTL_BACKEND for this machine's engine")
+        self.swarm.registry  # noqa: B018 - a missing registry setting is named before anything runs
+        return info
+
+    def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
+        node = self.swarm.nodes().get(settings.node)
+        if node is None or node.state != "ready":  # a lost node's engine would hold the call (problem() says why)
+            return []
+        return [(lab.get("envctl.site", ""), lab.get("com.docker.swarm.service.name", lab.get("name", "")), t)
+                for lab, t in self.swarm.engine(settings.node).oom_events({"envctl.instance": settings.name}, since, until)]
+
+    def node_states(self) -> dict[str, str]:
+        return {n.hostname: (n.state if n.state != "ready" else "drain" if n.availability == "drain" else "ready")
+                for n in self.swarm.nodes().values()}
+
+    def problem(self, settings: InstanceSettings) -> str:
+        """Why the instance's node cannot run it now ('' when it can): down, drained, gone."""
+        if not settings.node:
+            return ""
+        try:
+            node = self.swarm.nodes(fresh=True).get(settings.node)
+        except EnvctlError as exc:
+            return str(exc).splitlines()[0]
+        if node is None:
+            return f"node down ({settings.node[:12]} left the swarm)"
+        if node.state != "ready":
+            return f"node down ({node.hostname} is {node.state})"
+        if node.availability == "drain":
+            return f"node drained ({node.hostname})"
+        if not self.swarm.engine(node.id).ping(timeout=3):  # the manager notices a lost node only after its heartbeat
+            return f"node down ({node.hostname} does not answer)"
+        return ""
+
+    def prepare(self, settings: InstanceSettings, need: int = 0,
+                data: Sequence[DataItem] = ()) -> tuple[InstanceSettings, bool]:
         net = network_name(settings.name)
         # A host-mode port of a swarm service listens on every address of its node (Swarm has no bind address):
         # the lab's network rules (the security group 'envctl cloud up' makes) say who reaches it.
         settings = dataclasses.replace(settings, bind="0.0.0.0")
         with locked("swarm-place", timeout=120):  # instances placed side by side (a pool) each see the others
             if not settings.node:
-                node = self.place(settings, need)
+                node = self.place(settings, need, data)
                 settings = dataclasses.replace(settings, node=node.id, public_host=settings.public_host or node.addr)
             elif not settings.public_host:
-                settings = dataclasses.replace(settings, public_host=self.node(settings.node).addr)
-            existed = bool(self.manager.json_cli(["network", "inspect", net], what="network inspect"))
+                settings = dataclasses.replace(settings, public_host=self.swarm.node(settings.node).addr)
+            existed = bool(self.swarm.manager.json_cli(["network", "inspect", net], what="network inspect"))
             if not existed:  # its labels say where the instance runs: the next placement counts it
                 args = ["network", "create", "--driver", "overlay", "--attachable"]
                 for k, v in settings.labels().items():
                     args += ["--label", f"{k}={v}"]
-                self.manager.run_cli([*args, net], what=f"network create {net}")
+                self.swarm.manager.run_cli([*args, net], what=f"network create {net}")
         return settings, existed
 
-    def place(self, settings: InstanceSettings, need: int = 0) -> Node:
+    def place(self, settings: InstanceSettings, need: int = 0, data: Sequence[DataItem] = ()) -> Node:
         """The node a new instance runs on: usable, matching ENVCTL_SWARM_CONSTRAINT, with ``need`` bytes not reserved
-        by envctl's services; of those the one with the fewest envctl instances, then the most memory free."""
-        nodes = [n for n in self.nodes(fresh=True).values() if n.usable]
+        by envctl's services; of those, one that holds the sites' ``data`` already (else the one lacking least), then
+        the fewest envctl instances, then the most memory free; a node whose disk cannot hold the data it lacks is
+        passed over, and when every one is, one line says each node's room."""
+        nodes = [n for n in self.swarm.nodes(fresh=True).values() if n.usable]
         want = os.environ.get("ENVCTL_SWARM_CONSTRAINT", "").strip()
         if want:
             nodes = [n for n in nodes if all(_constraint_matches(c, n) for c in want.split(",") if c.strip())]
@@ -329,11 +370,11 @@ class SwarmBackend(Backend):
                              "check 'docker node ls' on the manager; fix or unset ENVCTL_SWARM_CONSTRAINT; "
                              "activate a node ('docker node update --availability active NODE')")
         load: dict[str, int] = {}
-        for labels in self.manager.networks(backend="swarm").values():
+        for labels in self.swarm.manager.networks(backend="swarm").values():
             if labels.get("envctl.instance") != settings.name:
                 load[labels.get("envctl.node", "")] = load.get(labels.get("envctl.node", ""), 0) + 1
         reserved: dict[str, int] = {}
-        for s in self._services():
+        for s in self.swarm.services():
             spec = s.get("Spec") or {}
             node = (spec.get("Labels") or {}).get("envctl.node", "")
             res = ((spec.get("TaskTemplate") or {}).get("Resources") or {}).get("Reservations") or {}
@@ -345,15 +386,24 @@ class SwarmBackend(Backend):
             raise UsageError(f"no swarm node has the {need / (1 << 30):.1f} GiB instance '{settings.name}' reserves (the "
                              f"most free: {best.hostname}, {max(0, free[best.id]) / (1 << 30):.1f} GiB)",
                              "add a node or memory, take instances down, or bring up fewer sites")
-        return min(fits, key=lambda n: (load.get(n.id, 0), -free[n.id], n.hostname))
+        lacking = {n.id: sum(i.bytes for i in self.data.lacking(n, data)) for n in fits}
+        order = sorted(fits, key=lambda n: (lacking[n.id] > 0, lacking[n.id], load.get(n.id, 0), -free[n.id], n.hostname))
+        refused = []
+        for n in order:
+            why = self.data.room_problem(n, data) if lacking[n.id] else ""
+            if not why:
+                return n
+            refused.append(why)
+        raise UsageError(f"no swarm node has the disk for instance '{settings.name}''s data: " + "; ".join(refused),
+                         "free disk on a node (its data directory), add a node, or bring up fewer sites")
 
     def remove_network(self, instance: str) -> bool:
         net = network_name(instance)
-        if not self.manager.json_cli(["network", "inspect", net], what="network inspect"):
+        if not self.swarm.manager.json_cli(["network", "inspect", net], what="network inspect"):
             return True
         for _ in range(20):  # tasks just removed release their endpoints a moment later
             try:
-                self.manager.run_cli(["network", "rm", net], what=f"network rm {net}")
+                self.swarm.manager.run_cli(["network", "rm", net], what=f"network rm {net}")
                 return True
             except DockerError as exc:
                 if "active endpoints" not in str(exc):
@@ -361,269 +411,82 @@ class SwarmBackend(Backend):
                 time.sleep(0.5)
         return False
 
-    def where(self, settings: InstanceSettings) -> str:
+    def where(self, settings: InstanceSettings) -> tuple[str, str]:
         if not settings.node:
-            return ""
+            return "", ""
         try:
-            node = self.node(settings.node)
+            node = self.swarm.node(settings.node)
         except EnvctlError:
-            return f"node {settings.node[:12]} (gone)"
-        return f"node {node.hostname} ({node.addr})" + ("" if node.usable else f", {node.state}/{node.availability}")
-
-    def node_name(self, settings: InstanceSettings) -> str:
-        if not settings.node:
-            return ""
-        try:
-            return self.node(settings.node).hostname
-        except EnvctlError:
-            return settings.node[:12]
+            return settings.node[:12], f"node {settings.node[:12]} (gone)"
+        return node.hostname, (f"node {node.hostname} ({node.addr})"
+                               + ("" if node.usable else f", {node.state}/{node.availability}"))
 
     def host_memory(self, settings: InstanceSettings | None = None) -> int | None:
         if settings is None or not settings.node:
             return None
         try:
-            return self.node(settings.node).memory or None
+            return self.swarm.node(settings.node).memory or None
         except EnvctlError:
             return None
 
-    # -- copies -----------------------------------------------------------------------------------
-    def _service_args(self, svc: ServiceSpec, spec: CopySpec, settings: InstanceSettings,
-                      hosts: dict[str, str]) -> list[str]:
-        # --no-healthcheck: Swarm holds a task in 'starting' until an image's HEALTHCHECK passes (30 s for the mini
-        # images); envctl probes readiness itself, as it does on one engine.
-        args = ["service", "create", "--detach", "--quiet", "--no-healthcheck", "--name", svc.name, "--endpoint-mode", "dnsrr",
-                "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
-                "--restart-condition", RESTART.get(svc.restart, "none")]
-        for k, v in {**svc.labels, "envctl.node": settings.node}.items():
-            args += ["--label", f"{k}={v}", "--container-label", f"{k}={v}"]
-        for k, v in svc.env.items():
-            args += ["--env", f"{k}={v}"]
-        for source, target, mode in svc.volumes:
-            ro = ",readonly" if mode == "ro" else ""
-            if source.startswith("/"):
-                args += ["--mount", f"type=bind,source={source},target={target}{ro}"]
-            else:
-                vl = "".join(f",volume-label={k}={v}" for k, v in spec.volume_labels.items())
-                args += ["--mount", f"type=volume,source={source},target={target}{ro}{vl}"]
-        for t in svc.tmpfs:
-            path, _, opts = t.partition(":")
-            size = re.search(r"size=([0-9]+[kmg]?)", opts)
-            raw = size.group(1) if size else ""
-            args += ["--mount", f"type=tmpfs,target={path}" + (f",tmpfs-size={_bytes(raw) or raw}" if raw else "")]
-        for alias, ip in hosts.items():
-            args += ["--host", f"{alias}:{ip}"]
-        if svc.memory:
-            args += ["--limit-memory", svc.memory.upper(), "--reserve-memory", svc.memory.upper()]
-        if svc.user:
-            args += ["--user", svc.user]
-        if svc.stop_timeout:
-            args += ["--stop-grace-period", f"{svc.stop_timeout}s"]
-        return [*args, self.ref(svc.image), *(svc.command or [])]
-
-    def _bind_sources(self, spec: CopySpec, node: str) -> None:
-        """Make the bind-mounted directories on the node (Swarm refuses a task whose source is missing)."""
-        paths = sorted({s for svc in spec.services for s, _, _ in svc.volumes if s.startswith("/")})
-        if not paths:
-            return
-        eng = self.engine(node)
-        argv = eng.argv("run", "--rm", "--network", "none", "-v", "/:/host", HELPER, "mkdir", "-p",
-                        *[f"/host{p}" for p in paths])
-        import subprocess
-
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=eng.timeout)
-        if proc.returncode != 0:
-            raise DockerError(f"could not make {', '.join(paths)} on the node: {proc.stderr.strip()[-200:]}")
-
-    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
-             cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
-        copy = Copy(spec.site, spec.slot)
-        timings = timings if timings is not None else {}
-        t0 = time.monotonic()
-        made: list[str] = []
-        try:
-            self._helper_image(settings.node)
-            self._bind_sources(spec, settings.node)
-            for svc in spec.services:
-                hosts = {alias: copy.members[dep].address for alias, dep_name in svc.links.items()
-                         for dep, m in copy.members.items() if m.name == dep_name}
-                progress(spec.site, "create", f"{svc.service}: docker service create {svc.image}")
-                self.manager.run_cli(self._service_args(svc, spec, settings, hosts), what=f"service create {svc.name}")
-                made.append(svc.name)
-                task = self._await_task(svc.name, spec.timeout, cancel)
-                copy.members[svc.service] = Member(svc.service, svc.name, task.container, {**svc.labels,
-                                                   "envctl.node": settings.node}, "running", svc.image, task.node,
-                                                   task.addresses.get(network_name(spec.instance), ""))
-            timings["create"] = time.monotonic() - t0
-            t1 = time.monotonic()
-            self.await_accepting(spec, copy, progress, cancel)
-            timings["boot"] = time.monotonic() - t1
-            return copy
-        except BaseException:
-            self.remove(made)
-            raise
-
-    def copies(self, instance: str, site: str | None = None) -> dict[tuple[str, str], Copy]:
-        svcs = [s for s in self._services(instance=instance, **({"site": site} if site else {}))
-                if ((s.get("Spec") or {}).get("Labels") or {}).get("envctl.role") != "proxy"]
-        tasks = self._tasks([s["ID"] for s in svcs])
-        found: dict[tuple[str, str], Copy] = {}
-        for s in svcs:
-            m = self._member(s, tasks.get(s["ID"]))
-            key = (m.label("site"), m.label("slot"))
-            found.setdefault(key, Copy(*key)).members[m.service] = m
-        return found
-
-    def member(self, name: str) -> Member | None:
-        svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
-        if not svc:
-            return None
-        return self._member(svc[0], self._tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
-
-    def remove(self, names: list[str]) -> None:
-        existing = [n for n in names if n]
-        if not existing:
-            return
-        listed = set(self.manager.run_cli(["service", "ls", "--format", "{{.Name}}"], what="service ls").split())
-        gone = [n for n in existing if n in listed]
-        if gone:
-            self.manager.run_cli(["service", "rm", *gone], what="service rm")
-
-    def _live(self, member: Member) -> tuple[Engine, str]:
-        """The engine of the node ``member`` runs on now, and its container (looked up again when stale)."""
-        if not member.id or not member.node:
-            live = self.member(member.name)
-            if live is None or not live.id:
-                raise DockerError(f"swarm service {member.name} has no running task", "see 'envctl status'")
-            member = live
-        return self.engine(member.node), member.id
-
-    def exec(self, member: Member, argv: list[str]) -> tuple[int, str]:
-        eng, cid = self._live(member)
-        try:
-            return eng.exec(cid, argv)
-        except DockerError:  # its task was replaced since the listing: the current one
-            live = self.member(member.name)
-            if live is None or not live.id or live.id == cid:
-                raise
-            return self.engine(live.node).exec(live.id, argv)
-
-    def logs(self, member: Member, tail: int = 30) -> str:
-        try:
-            eng, cid = self._live(member)
-            return eng.logs(cid, tail)
-        except EnvctlError:
+    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
+        if port in owned or not settings.node:
             return ""
+        for s in self.swarm.services(node=settings.node):
+            for p in ((s.get("Endpoint") or {}).get("Ports") or []):
+                if int(p.get("PublishedPort") or 0) == port:
+                    return f"swarm service {(s.get('Spec') or {}).get('Name', '')} on the same node"
+        node = self.swarm.node(settings.node)
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex((node.addr, port)) == 0:
+                return f"a process on node {node.hostname} ({node.addr})"
+        return ""
 
-    def follow(self, member: Member) -> Iterator[str]:
-        eng, cid = self._live(member)
-        return eng.stream_logs(cid)
+    def memory(self) -> tuple[list[MemberMemory], int, str]:
+        held: list[MemberMemory] = []
+        used = 0
+        for node in self.swarm.nodes().values():
+            if node.state != "ready":
+                continue
+            try:
+                eng = self.swarm.engine(node.id)
+                every = [c for c in eng.container_memory() if c.labels.get("envctl.instance")]
+                use, _ = eng.memory_use([c.id for c in every if c.running])
+            except EnvctlError:
+                continue
+            held += [MemberMemory(c.labels, c.limit, use.get(c.id), c.running) for c in every]
+            used += sum(use.values())
+        return held, used, "stats"
 
-    def stop(self, member: Member, timeout: int | None = None) -> None:
-        eng, cid = self._live(member)
-        eng.stop(cid, timeout=timeout)
 
-    def start(self, copy: Copy, images: dict[str, str] | None = None) -> Copy:
-        """Start a stopped copy again: each service's task is replaced (Swarm cannot start a finished task's container
-        again), from ``images`` (what a clean-stop commit just made: the same state) when given."""
-        out = Copy(copy.site, copy.slot)
-        for svc, m in copy.members.items():
-            args = ["service", "update", "--detach", "--quiet", "--force"]
-            if images and svc in images:
-                args += ["--image", self.ref(images[svc])]
-            self.manager.run_cli([*args, m.name], what=f"service update {m.name}")
-            task = self._await_task(m.name, 300)
-            out.members[svc] = dataclasses.replace(m, id=task.container, node=task.node, status="running",
-                                                   address=task.addresses.get(network_name(m.label("instance")), ""))
-        return out
 
-    def freeze(self, members: list[Member]) -> None:
-        for m in members:
-            eng, cid = self._live(m)
-            eng.pause([cid])
 
-    def thaw(self, members: list[Member]) -> None:
-        for m in members:
-            eng, cid = self._live(m)
-            eng.unpause([cid])
+class SwarmProxy(FrontProxy):
+    """The front proxy as a service publishing the sites' ports in host mode on the instance's node."""
 
-    def commit(self, member: Member, tag: str, labels: dict[str, str], workdir: Path | None = None) -> object:
-        eng, cid = self._live(member)
-        if workdir is None:
-            eng.commit(cid, tag, labels)
-            self._push_from(eng, tag)
-            return tag
-        return (eng, eng.capture(cid, tag, labels, workdir))
+    def __init__(self, swarm: Swarm) -> None:
+        self.swarm = swarm
 
-    def finish_commit(self, capture: object) -> str:
-        eng: Engine = capture[0]  # type: ignore[index]
-        cap: Capture = capture[1]  # type: ignore[index]
-        image_id = eng.finish_capture(cap)
-        self._push_from(eng, cap.tag)
-        return str(image_id)
+    def instance_labels(self, instance: str) -> dict[str, str] | None:
+        svc = self.swarm.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
+        if svc:
+            return dict((svc[0].get("Spec") or {}).get("Labels") or {})
+        net = self.swarm.manager.json_cli(["network", "inspect", network_name(instance)], what="network inspect")
+        return dict(net[0].get("Labels") or {}) if net and (net[0].get("Labels") or {}).get("envctl.instance") else None
 
-    def discard_commit(self, capture: object) -> None:
-        capture[0].discard_capture(capture[1])  # type: ignore[index]
-
-    def _push_from(self, eng: Engine, tag: str) -> None:
-        """Push ``tag`` (made on the engine ``eng``) to the registry, so that every node can boot it."""
-        eng.tag_image(tag, self.ref(tag))
-        eng.push(self.ref(tag))
-
-    # -- images -----------------------------------------------------------------------------------
-    def image_exists(self, ref: str) -> bool:
-        return self.registry.manifest(self.ref(ref)[len(self.registry_address) + 1:]) is not None
-
-    def _stored(self, ref: str) -> Any:
-        found = self.registry.stored(self.ref(ref)[len(self.registry_address) + 1:])
-        if found is None:
-            raise DockerError(f"the swarm's registry has no image {ref}", "see 'envctl snapshot list'")
-        return found
-
-    def image_id(self, ref: str) -> str:
-        return str(self._stored(ref).image_id)
-
-    def image_labels(self, ref: str) -> dict[str, str]:
-        return dict(self._stored(ref).labels)
-
-    def images_labelled(self, label_key: str) -> list[tuple[str, list[str], dict[str, str], int]]:
-        """The goldens and snapshots in the registry carrying ``label_key``."""
+    def all(self) -> list[tuple[dict[str, str], str]]:
+        svcs = self.swarm.services(role="proxy")
+        tasks = self.swarm.tasks([s["ID"] for s in svcs])
         out = []
-        for repo in self.registry.repositories():
-            if not repo.startswith(("envctl-golden/", "envctl-snap/")):
-                continue
-            for tag in self.registry.tags(repo):
-                found = self.registry.stored(f"{repo}:{tag}")
-                if found is not None and label_key in found.labels:
-                    out.append((found.image_id, [f"{repo}:{tag}"], found.labels, found.size))
+        for s in svcs:
+            m = self.swarm.member_of(s, tasks.get(s["ID"]))
+            out.append((m.labels, m.status or "created"))
         return out
 
-    def remove_image(self, ref: str) -> None:
-        self.registry.delete(self.ref(ref)[len(self.registry_address) + 1:])
-
-    def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
-        """Push to the registry every image of ``refs`` it lacks (and the helper image the nodes use), from the
-        manager's engine (where 'images build' and 'images get' put them when DOCKER_HOST names the manager)."""
-        for ref in [*refs, HELPER]:
-            if self.image_exists(ref):
-                continue
-            if not self.manager.image_exists(ref):
-                continue  # neither here nor there: 'up' names it as missing
-            progress("*", "images", f"pushing {ref} to the swarm's registry {self.registry_address}")
-            self._push_from(self.manager, ref)
-
-    def _helper_image(self, node: str) -> None:
-        """The helper image (debian:bookworm-slim) on the node: pulled from the registry, tagged as itself."""
-        eng = self.engine(node)
-        if eng.image_exists(HELPER):
-            return
-        for _ in eng.pull_lines(self.ref(HELPER)):
-            pass
-        eng.tag_image(self.ref(HELPER), HELPER)
-
-    # -- the front proxy ----------------------------------------------------------------------------
-    def boot_proxy(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
+    def boot(self, spec: ProxySpec, settings: InstanceSettings) -> ProxyInfo:
         name = proxy_name(spec.instance)
-        self.remove([name])
+        self.swarm.remove_services([name])
         args = ["service", "create", "--detach", "--quiet", "--no-healthcheck", "--name", name, "--endpoint-mode", "dnsrr",
                 "--network", network_name(spec.instance), "--constraint", f"node.id=={settings.node}",
                 "--restart-condition", "any", "--limit-memory", spec.memory.upper(),
@@ -637,30 +500,30 @@ class SwarmBackend(Backend):
             args += ["--env", f"{k}={v}"]
         for p in sorted(spec.ports):
             args += ["--publish", f"mode=host,target={p},published={p}"]
-        self.manager.run_cli([*args, self.ref(spec.image)], what=f"service create {name}")
-        self._await_task(name, 120)
-        info = self.proxy(spec.instance)
+        self.swarm.manager.run_cli([*args, self.swarm.ref(spec.image)], what=f"service create {name}")
+        self.swarm.await_task(name, 120)
+        info = self.find(spec.instance)
         if info is None:
             raise DockerError(f"the front proxy service {name} did not start", f"see 'docker service ps {name}'")
         return info
 
-    def proxy(self, instance: str) -> ProxyInfo | None:
-        svc = self.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
+    def find(self, instance: str) -> ProxyInfo | None:
+        svc = self.swarm.manager.json_cli(["service", "inspect", proxy_name(instance)], what="service inspect")
         if not svc:
             return None
-        m = self._member(svc[0], self._tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
-        node = self.nodes().get(m.node or m.labels.get("envctl.node", ""))
+        m = self.swarm.member_of(svc[0], self.swarm.tasks([svc[0]["ID"]]).get(svc[0]["ID"]))
+        node = self.swarm.nodes().get(m.node or m.labels.get("envctl.node", ""))
         return ProxyInfo(m.name, m.labels, m.status == "running", node.addr if node else m.labels.get("envctl.public_host", ""))
 
-    def remove_proxy(self, instance: str) -> None:
+    def remove(self, instance: str) -> None:
         name = proxy_name(instance)
-        svc = self.manager.json_cli(["service", "inspect", name], what="service inspect")
+        svc = self.swarm.manager.json_cli(["service", "inspect", name], what="service inspect")
         labels = ((svc[0].get("Spec") or {}).get("Labels") or {}) if svc else {}
-        self.remove([name])
+        self.swarm.remove_services([name])
         if labels.get("envctl.node"):
             volume = f"{name}-{labels.get('envctl.control', '')[:12]}"
             try:
-                eng = self.engine(labels["envctl.node"])
+                eng = self.swarm.engine(labels["envctl.node"])
                 if not eng.ping(timeout=3):  # a dead node's engine would hold this call for its TCP timeout
                     return  # 'down --volumes' removes the volume when the node is back
                 for _ in attempts(20, cap=0.5):  # the task's container goes a moment after the service
@@ -670,62 +533,9 @@ class SwarmBackend(Backend):
                 pass  # the node is gone: 'down --volumes' removes the volume when it is back
 
     def address(self, instance: str, name: str) -> str | None:
-        m = self.member(name)
+        m = self.swarm.member(name)
         return (m.address or None) if m is not None and m.status == "running" else None
 
-    # -- ports, volumes, memory -------------------------------------------------------------------------
-    def port_problem(self, settings: InstanceSettings, port: int, owned: set[int]) -> str:
-        if port in owned or not settings.node:
-            return ""
-        for s in self._services(node=settings.node):
-            for p in ((s.get("Endpoint") or {}).get("Ports") or []):
-                if int(p.get("PublishedPort") or 0) == port:
-                    return f"swarm service {(s.get('Spec') or {}).get('Name', '')} on the same node"
-        node = self.node(settings.node)
-        with socket.socket() as sock:
-            sock.settimeout(1.0)
-            if sock.connect_ex((node.addr, port)) == 0:
-                return f"a process on node {node.hostname} ({node.addr})"
-        return ""
-
-    def volumes(self, instance: str, site: str | None = None) -> list[str]:
-        out: list[str] = []
-        for node in self.nodes().values():
-            if node.state != "ready":
-                continue
-            try:
-                out += self.engine(node.id).volumes(instance=instance, **({"site": site} if site else {}))
-            except EnvctlError:
-                continue
-        return sorted(set(out))
-
-    def remove_volumes(self, names: list[str]) -> dict[str, str]:
-        refused: dict[str, str] = {}
-        for node in self.nodes().values():
-            if node.state == "ready":
-                try:
-                    eng = self.engine(node.id)
-                    here = set(eng.volumes()) & set(names)
-                    refused.update(eng.remove_volumes(sorted(here)))
-                except EnvctlError:
-                    continue
-        return refused
-
-    def memory(self) -> tuple[list[MemberMemory], int, str]:
-        held: list[MemberMemory] = []
-        used = 0
-        for node in self.nodes().values():
-            if node.state != "ready":
-                continue
-            try:
-                eng = self.engine(node.id)
-                every = [c for c in eng.container_memory() if c.labels.get("envctl.instance")]
-                use, _ = eng.memory_use([c.id for c in every if c.running])
-            except EnvctlError:
-                continue
-            held += [MemberMemory(c.labels, c.limit, use.get(c.id), c.running) for c in every]
-            used += sum(use.values())
-        return held, used, "stats"
 
 
-__all__ = ["SwarmBackend", "Node", "Task"]
+__all__ = ["Swarm", "SwarmPlacement", "SwarmProxy", "Node", "Task"]

@@ -44,14 +44,21 @@ def images_list(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, as_js
     from envctl.images import list_images
     from envctl.render import emit_json, table
 
+    from envctl.lab import Lab
+
     flavor = flavor or "full"
-    rows = list_images(ctx.catalog, sites=ctx.catalog.resolve(list(site_names) or None), flavor=flavor)
+    names = ctx.catalog.resolve(list(site_names) or None)
+    rows = list_images(ctx.catalog, sites=names, flavor=flavor)
+    lab = Lab(ctx.catalog)
+    nodes = lab.data_held(names, flavor) if lab.data_travels() else {}  # a swarm: the data each node holds
+    on = {r.name: sorted(n for n, held in nodes.items() if held.get(r.name)) for r in rows if r.kind == "data"}
     if as_json:
-        return emit_json([asdict(r) for r in rows])
-    table(f"{flavor} flavor artifacts", ["site", "artifact", "kind", "size", "present", "sha256", "sources"],
+        return emit_json([{**asdict(r), **({"nodes": on[r.name]} if nodes and r.name in on else {})} for r in rows])
+    table(f"{flavor} flavor artifacts", ["site", "artifact", "kind", "size", "present", "sha256", "sources"]
+          + (["on nodes"] if nodes else []),
           [[r.site, r.name, r.kind, f"{r.size / 1e9:.1f} GB" if r.size else "?", "yes" if r.present else "no",
             (r.sha256 or "")[:12] or "-", ", ".join(src.split(" ")[0] for src in r.sources)]
-           for r in rows])
+           + ([", ".join(on.get(r.name, [])) or "-"] if nodes else []) for r in rows])
 
 
 @images.command("get")
@@ -89,10 +96,13 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
         validate_registry_mirror(registry_mirror)
     if dry_run:
         return _images_get_plan(ctx, names, flavor or "full", mirror, keep_archive, registry_mirror, instance, as_json)
+    from envctl.lab import Lab
+
+    travels = Lab(ctx.catalog, instance=instance).data_travels()  # a swarm: each node fetches its sites' data
     with TransferProgress(json_events=as_json) as progress:
         results = get_images(ctx.catalog, names, flavor=flavor or "full", mirror=mirror, keep_archive=keep_archive,
                              jobs=jobs, progress=progress,
-                             options=Options(instance=instance, registry_mirror=registry_mirror))
+                             options=Options(instance=instance, registry_mirror=registry_mirror), data=not travels)
     if as_json:
         emit_json([asdict(r) for r in results])
     else:

@@ -38,6 +38,22 @@ def _context_tag(directory: Path) -> str:
 # The proxy image is found by tag only (built when missing), so its tag follows its content.
 PROXY_IMAGE = f"envctl/proxy:{_context_tag(PROXY_DIR)}"
 
+# The node-data helper (a swarm node fetches, verifies and unpacks a site's data with it): envctl's modules it
+# runs, copied into its build context; its tag follows their content and its Dockerfile's.
+NODEDATA_DIR = HERE / "nodedata"
+NODEDATA_FILES = ("__init__.py", "errors.py", "paths.py", "validate.py", "images/__init__.py", "images/fetch.py",
+                  "images/extract.py", "images/nodedata.py")
+
+
+def _nodedata_tag() -> str:
+    h = hashlib.sha256((NODEDATA_DIR / "Dockerfile").read_bytes())
+    for rel in NODEDATA_FILES:
+        h.update(rel.encode() + b"\0" + (HERE.parent / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+NODEDATA_IMAGE = f"envctl/node-data:{_nodedata_tag()}"
+
 
 @dataclass(frozen=True)
 class ImageBuild:
@@ -92,6 +108,20 @@ def build(spec: ImageBuild, *, progress: Callable[[str], None] | None = None) ->
     if progress:
         progress(f"built {spec.tag} in {took:.1f}s")
     return took
+
+
+def build_nodedata(*, progress: Callable[[str], None] | None = None) -> float:
+    """Build the node-data helper image (its context: its Dockerfile and the envctl modules it runs); seconds."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="envctl-nodedata-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy(NODEDATA_DIR / "Dockerfile", ctx / "Dockerfile")
+        for rel in NODEDATA_FILES:
+            (ctx / "envctl" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(HERE.parent / rel, ctx / "envctl" / rel)
+        return build(ImageBuild("node-data", NODEDATA_IMAGE, ctx / "Dockerfile", ctx), progress=progress)
 
 
 def build_for_sites(catalog: "object", sites: list[str], flavor: str, *,

@@ -27,11 +27,21 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Callable, Iterator, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Literal, Protocol
 
 from envctl.errors import DockerError, EnvctlError
 from envctl.paths import confined
-from envctl.backends.docker import ENGINE as dk
+
+if TYPE_CHECKING:
+    from envctl.backends.docker import Engine
+
+
+def _engine() -> "Engine":
+    """The engine volumes are unpacked into (imported when a volume is: a swarm node's data helper has no Docker
+    library, and unpacks into volumes mounted as directories)."""
+    from envctl.backends.docker import ENGINE
+
+    return ENGINE
 
 MARKER = ".envctl-extract.json"
 PENDING = ".envctl-extract.pending"
@@ -55,7 +65,7 @@ class ExtractError(EnvctlError):
 @dataclass(frozen=True)
 class Target:
     prefix: tuple[str, ...]  # entry path prefix (after strip); () = every entry
-    kind: Literal["dir", "volume"]
+    kind: Literal["dir", "volume", "mount"]  # mount: a volume mounted here as a directory (a swarm node's helper)
     where: str  # absolute directory, or volume name
 
     @property
@@ -114,18 +124,25 @@ def _stripped(parts: tuple[str, ...], strip: int | str) -> tuple[str, ...] | Non
 # ---------------------------------------------------------------- targets
 
 
-def render(target: str, data_root: Path, instance: str) -> tuple[Literal["dir", "volume"], str]:
+def render(target: str, data_root: Path, instance: str,
+           volume_dirs: dict[str, Path] | None = None) -> tuple[Literal["dir", "volume", "mount"], str]:
+    """Where ``target`` is: a directory under the data root, or a named volume (``volume_dirs``: the directory a
+    volume is mounted at, on a swarm node's data helper)."""
     if target.startswith("{data_dir}"):
         # Checked at catalog load; again here, resolved, as defence in depth (extracts may run as root).
         return "dir", str(confined(data_root, target[len("{data_dir}"):].lstrip("/"), "extract target"))
-    return "volume", target.replace("{instance}", instance)
+    volume = target.replace("{instance}", instance)
+    if volume_dirs and volume in volume_dirs:
+        return "mount", str(volume_dirs[volume])
+    return "volume", volume
 
 
-def resolve(spec: ExtractSpec, data_root: Path, instance: str) -> list[Target]:
+def resolve(spec: ExtractSpec, data_root: Path, instance: str,
+            volume_dirs: dict[str, Path] | None = None) -> list[Target]:
     """The concrete targets, longest prefix first (an entry goes to the most specific one)."""
     out = []
     for prefix, target in spec.targets().items():
-        kind, where = render(target, data_root, instance)
+        kind, where = render(target, data_root, instance, volume_dirs)
         out.append(Target(_split(prefix), kind, where))
     return sorted(out, key=lambda t: -len(t.prefix))
 
@@ -146,13 +163,14 @@ def done(targets: list[Target], sha256: str) -> bool:
     """True when every target holds a complete extract of the archive with this SHA-256."""
     vols = [t for t in targets if t.kind == "volume"]
     for t in targets:
-        if t.kind == "dir":
+        if t.kind in ("dir", "mount"):
             try:
                 if not _marker_ok((Path(t.where) / MARKER).read_bytes(), sha256):
                     return False
             except OSError:
                 return False
     if vols:
+        dk = _engine()
         if not all(dk.volume_exists(t.where) for t in vols):
             return False
         mounts = {t.where: f"/t/{i}" for i, t in enumerate(vols)}
@@ -288,6 +306,37 @@ class _DirWriter:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class _MountWriter(_DirWriter):
+    """Writes one target that is a mount point (a named volume mounted as a directory, which cannot be renamed):
+    into ``<dir>/.envctl-partial``, whose contents replace the directory's by ``commit``, as a volume's do."""
+
+    def __init__(self, target: Path) -> None:  # noqa: D107 - the partial directory is inside the target
+        self.target = target
+        self.tmp = target / PARTIAL_DIR
+        self.dirs = []
+        self.root = os.geteuid() == 0
+        (target / MARKER).unlink(missing_ok=True)
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir(parents=True)
+
+    def commit(self, marker: bytes) -> None:
+        for path, mode, mtime in reversed(self.dirs):
+            os.chmod(path, (mode & 0o7777) | stat.S_IRWXU)
+            os.utime(path, (mtime, mtime))
+        for old in self.target.iterdir():
+            if old.name != PARTIAL_DIR:
+                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        for new in self.tmp.iterdir():
+            os.rename(new, self.target / new.name)
+        st = self.tmp.stat()
+        os.chmod(self.target, stat.S_IMODE(st.st_mode))
+        if self.root:
+            os.chown(self.target, st.st_uid, st.st_gid)
+        self.tmp.rmdir()
+        (self.target / MARKER).write_bytes(marker)  # last: the extract is complete
+
+
 _VOLUME_SCRIPT = f"""set -e
 for d in /t/*; do rm -rf "$d/{PARTIAL_DIR}" "$d/{MARKER}" "$d/{PENDING}"; mkdir "$d/{PARTIAL_DIR}"; done
 tar -x --numeric-owner -f - -C /t
@@ -306,6 +355,7 @@ class _VolumeWriter:
     """Streams entries for several volumes into one helper container as a re-written tar."""
 
     def __init__(self, volumes: list[str], labels: dict[str, str]) -> None:
+        dk = _engine()
         for v in volumes:
             if not dk.volume_exists(v):
                 dk.volume_create(v, labels)
@@ -384,7 +434,7 @@ class _Route:
 
 def extract(archive: Path, spec: ExtractSpec, *, sha256: str, data_root: Path, instance: str = "default",
             labels: dict[str, str] | None = None, progress: ProgressFn | None = None,
-            force: bool = False) -> ExtractResult:
+            force: bool = False, volume_dirs: dict[str, Path] | None = None) -> ExtractResult:
     """Unpack ``archive`` (whose SHA-256 is ``sha256``) into the spec's targets; skip when already done.
 
     Raises ExtractError for an unsafe or unreadable archive, DockerError when a volume cannot be
@@ -395,7 +445,7 @@ def extract(archive: Path, spec: ExtractSpec, *, sha256: str, data_root: Path, i
     """
     began = time.monotonic()
     name = archive.name
-    targets = resolve(spec, data_root, instance)
+    targets = resolve(spec, data_root, instance, volume_dirs)
     labels_ = {"envctl.instance": instance, "envctl.artifact": name, **(labels or {})}
     if not force and done(targets, sha256):
         return ExtractResult("present", tuple(t.label for t in targets))
@@ -409,7 +459,8 @@ def extract(archive: Path, spec: ExtractSpec, *, sha256: str, data_root: Path, i
             progress(min(pos, total), total)
 
     routes = [_Route(t) for t in targets]
-    dirs = {t.where: _DirWriter(Path(t.where)) for t in targets if t.kind == "dir"}
+    dirs = {t.where: (_DirWriter if t.kind == "dir" else _MountWriter)(Path(t.where))
+            for t in targets if t.kind in ("dir", "mount")}
     vols = _VolumeWriter([t.where for t in targets if t.kind == "volume"], labels_) \
         if any(t.kind == "volume" for t in targets) else None
     matched: set[tuple[str, ...]] = set()
@@ -446,7 +497,7 @@ def extract(archive: Path, spec: ExtractSpec, *, sha256: str, data_root: Path, i
                     raise ExtractError(f"{name}: symlink {raw_name!r} -> {e.linkname!r} points outside its destination; "
                                        "refused, nothing was put in place",
                                        "the archive is unsafe; delete it and download it again from another mirror")
-            if t.kind == "dir":
+            if t.kind in ("dir", "mount"):
                 dirs[t.where].add(rel, e)
             else:
                 assert vols is not None

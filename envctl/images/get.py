@@ -99,7 +99,7 @@ class ArtifactInfo:
     pinned_in: str | None  # "catalog" or the lock file path
 
 
-Action = Literal["present", "pulled", "loaded", "downloaded", "extracted", "failed"]
+Action = Literal["present", "pulled", "loaded", "downloaded", "extracted", "failed", "on nodes"]
 
 
 @dataclass(frozen=True)
@@ -357,15 +357,28 @@ def _into_volume(art: ArtifactLike) -> bool:
 
 def get_images(catalog, sites: Iterable[str] | None = None, *, flavor: str = "full", mirror: str | None = None,
                keep_archive: bool = False, jobs: int = 1, progress: EventFn | None = None,
-               options: Options | None = None) -> list[GetResult]:
+               options: Options | None = None, data: bool = True) -> list[GetResult]:
     """Fetch every missing artifact of ``flavor`` for ``sites`` (all when None). See the module doc.
 
+    ``data=False`` (a swarm, where each node fetches what the sites placed on it mount, at 'envctl up'): data
+    artifacts are left to the nodes (``action="on nodes"``), images are fetched as always.
     Raises DiskSpaceError (before fetching anything) or UsageError (unknown mirror); per-artifact
     failures are returned as ``action="failed"`` results. KeyboardInterrupt propagates, leaving
     resumable partial files.
     """
-    return get_artifacts(artifacts(catalog, sites, flavor), mirror=mirror, keep_archive=keep_archive, jobs=jobs,
-                         progress=progress, options=options)
+    chosen = artifacts(catalog, sites, flavor)
+    if data:
+        return get_artifacts(chosen, mirror=mirror, keep_archive=keep_archive, jobs=jobs, progress=progress,
+                             options=options)
+    emit = _serialised(progress)
+    got = {r.name: r for r in get_artifacts([(s, a) for s, a in chosen if a.kind != "data"], mirror=mirror,
+                                            keep_archive=keep_archive, jobs=jobs, progress=emit, options=options)}
+    for site, art in chosen:
+        if art.kind == "data":
+            emit(Event("skip", art.name, site, message="fetched by the node that runs the site, at 'envctl up' "
+                                                       "(verified by the same pins)"))
+            got[art.name] = GetResult(site, art.name, "on nodes")
+    return [got[a.name] for _, a in chosen]
 
 
 def get_artifacts(items: Sequence[tuple[str | None, ArtifactLike]], *, mirror: str | None = None,

@@ -26,7 +26,7 @@ def plan_spares(inst: Instance, sites: list[str], *, fixed: dict[str, int], at_l
     """The plan for ``inst``'s ``sites``: what its own active copies use, and what the other instances
     on the engine hold (both measured, × the margin, capped by the limits)."""
     engine = engine if engine is not None else engine_or_none(inst)
-    host_bytes = host_bytes if host_bytes is not None else inst.backend.host_memory(inst.settings)
+    host_bytes = host_bytes if host_bytes is not None else inst.backend.placement.host_memory(inst.settings)
     if engine is None:
         return plan(inst.catalog, sites, inst.flavor, host_bytes, fixed=fixed, at_least=at_least)
     reserved, others = engine.held_by_others(inst.name)
@@ -57,10 +57,10 @@ def replan(inst: Instance, site: str) -> int | None:
 
 
 def _replan(inst: Instance, site: str) -> int | None:
-    table = inst.table()
+    table = inst.routing.table()
     if not short(table, site):
         return None
-    up = inst.sites_up(table)
+    up = inst.routing.sites_up(table)
     if site not in up:
         return None
     have = table.ready.want(site, GOLDEN)
@@ -68,7 +68,7 @@ def _replan(inst: Instance, site: str) -> int | None:
     granted = p.spares().get(site, have)
     outcome: dict[str, dict] = {}
     record(outcome, p, [site])
-    return inst.raise_planned(site, granted, outcome.get(site, {"wanted": granted, "why": ""}))
+    return inst.routing.raise_planned(site, granted, outcome.get(site, {"wanted": granted, "why": ""}))
 
 
 __all__ = ["plan_spares", "replan", "record", "short", "engine_or_none"]

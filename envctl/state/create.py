@@ -35,10 +35,10 @@ def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progr
     t = time.monotonic()
     timings: dict[str, float] = {}
     with locked(inst.reset_lock(site)):
-        copy = inst.active_copy(site, inst.table())
+        copy = inst.routing.active_copy(site, inst.routing.table())
         if copy is None:
             raise SiteNotUp(site, inst.name)
-        if inst.thaw_leftovers(copy):
+        if inst.copies.thaw_leftovers(copy):
             progress(site, "snapshot", "unpaused members a killed capture had left frozen")
         if name == "golden":
             made = _golden(inst, copy, progress, timings)
@@ -48,7 +48,7 @@ def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progr
             made = Made(cap.tags, cap.fingerprint, cap.method, cap.attempts, cap.note)
             timings.update(cap.timings)
             if cap.method == "stop":
-                inst.wait_healthy(copy, progress, public=True)
+                inst.checks.wait_healthy(copy, progress, public=True)
         timings["capture"] = time.monotonic() - t
     if name != "golden":
         # warm copies booted from the images this snapshot replaces are stale
@@ -58,9 +58,9 @@ def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progr
             progress(site, "warm", f"removed {len(stale)} warm copies of the replaced snapshot")
         if warm:
             tw = time.monotonic()
-            inst.want_ready(site, source, 1)
+            inst.routing.want_ready(site, source, 1)
             ready.refill(inst, logins, site, progress, wait=True, sources=[source])
-            made.slots = [r.slot for r in inst.table().ready.of(site, source)]
+            made.slots = [r.slot for r in inst.routing.table().ready.of(site, source)]
             timings["warm"] = time.monotonic() - tw
             if not made.slots:
                 raise ResetFailed(f"{site}: no warm copy of '{name}' became ready",
@@ -72,17 +72,17 @@ def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progr
 def _golden(inst: Instance, copy: Copy, progress: Progress, timings: dict[str, float]) -> Made:
     site = copy.site
     tf = time.monotonic()
-    fp = inst.fingerprint(copy)
+    fp = inst.checks.fingerprint(copy)
     timings["fingerprint"] = time.monotonic() - tf
     # Pristine is redefined as this state: the in-place tier must restore it, not the state saved when the copy
     # was configured (the golden then carries it to every copy).
     tf = time.monotonic()
-    if inst.save_inplace(copy, progress):
+    if inst.copies.save_inplace(copy, progress):
         timings["save"] = time.monotonic() - tf
     progress(site, "snapshot", "clean stop, commit, start")
     tf = time.monotonic()
     copy = snapshots.commit_golden(inst, copy, fp)
     timings["stop_commit_start"] = time.monotonic() - tf
-    inst.set_pristine(site, fp)
-    inst.wait_healthy(copy, progress, public=True)
+    inst.routing.set_pristine(site, fp)
+    inst.checks.wait_healthy(copy, progress, public=True)
     return Made(snapshots.golden_tags(inst, site), fp)

@@ -51,10 +51,10 @@ def renew(inst: Instance, logins: Logins, sites: list[str], *, out_dir: Path | N
     with_login = [s for s in sites if inst.catalog.site(s).login]
     if not with_login:
         return
-    table = table or inst.table()
-    up = tuple(s for s in inst.sites_up(table) if inst.catalog.site(s).login) if pairs else ()
+    table = table or inst.routing.table()
+    up = tuple(s for s in inst.routing.sites_up(table) if inst.catalog.site(s).login) if pairs else ()
     target = Target(inst.catalog, inst.settings.deployment, Path(out_dir or logins.auth_dir), inst.flavor, up,
-                    tuple(sorted({**inst.own_headers(), **(headers or {})}.items())))
+                    tuple(sorted({**inst.front.own_headers(), **(headers or {})}.items())))
     login_sites(target, with_login, http=True)
 
 
@@ -73,7 +73,7 @@ def compose_pairs(inst: Instance, logins: Logins, sites: list[str], table: Routi
     one of the same domain, path and name (what one session logging in to both keeps). Returns the sites whose
     pairs could not be composed (a single file missing): they need a login."""
     catalog = inst.catalog
-    up = [s for s in inst.sites_up(table or inst.table()) if catalog.site(s).login]
+    up = [s for s in inst.routing.sites_up(table or inst.routing.table()) if catalog.site(s).login]
     lacking: list[str] = []
     for combo in login_combos(catalog, [s for s in sites if catalog.site(s).login], up):
         if len(combo) < 2:
@@ -163,7 +163,7 @@ def file_problem(inst: Instance, path: Path, headers: dict[str, str] | None = No
     specs = [ProbeSpec.of(inst.catalog, s, inst.settings.deployment) for s in combo_of(path.name)
              if s in inst.catalog.sites and inst.catalog.site(s).login is not None]
     try:
-        problems = probe_state(specs, path, {**inst.own_headers(), **(headers or {})}, timeout=15)
+        problems = probe_state(specs, path, {**inst.front.own_headers(), **(headers or {})}, timeout=15)
     except (OSError, ValueError) as exc:
         return f"{path.name}: unreadable ({exc})"
     return "; ".join(problems)

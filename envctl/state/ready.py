@@ -55,7 +55,7 @@ def expected(inst: Instance, site: str, source: str) -> tuple[dict[str, str] | N
     """(images, golden label, the fingerprint a copy of ``source`` must have) — a golden not made yet: (None, "", pristine)."""
     if source == GOLDEN:
         imgs, key = snapshots.golden_images(inst, site)
-        return imgs, key, inst.pristine(site, inst.table())
+        return imgs, key, inst.routing.pristine(site, inst.routing.table())
     name = source[len(SNAPSHOT):]
     tags = snapshots.snapshot_tags(inst, site, name)
     return tags, source, snapshots.labelled_fingerprint(inst, tags)
@@ -64,19 +64,19 @@ def expected(inst: Instance, site: str, source: str) -> tuple[dict[str, str] | N
 def boot_pristine(inst: Instance, site: str, *, role: str, progress: Progress = _noop) -> Copy:
     """A new, healthy copy of ``site`` verified pristine, not routed. Makes the golden image if missing."""
     imgs, key, fp_expected = expected(inst, site, GOLDEN)
-    with inst.booting(site, role=role, images=imgs, golden=key, progress=progress) as copy:
-        fp = inst.fingerprint(copy)
+    with inst.copies.booting(site, role=role, images=imgs, golden=key, progress=progress) as copy:
+        fp = inst.checks.fingerprint(copy)
         why = mismatch(fp_expected, fp) if fp_expected is not None else ""
         if why:
             raise ResetFailed(f"{site}: a fresh copy is not pristine: {why}",
                               "the golden image is stale: 'envctl snapshot rm golden' and reset again")
         if not imgs:
-            inst.save_inplace(copy, progress)  # pristine now: the golden carries the saved state
+            inst.copies.save_inplace(copy, progress)  # pristine now: the golden carries the saved state
             progress(site, "golden", "committing the golden image (clean stop, commit, start)")
             copy = snapshots.commit_golden(inst, copy, fp)
-            inst.wait_healthy(copy, progress)
+            inst.checks.wait_healthy(copy, progress)
         if fp_expected is None:
-            inst.set_pristine(site, fp, only_if_missing=True)
+            inst.routing.set_pristine(site, fp, only_if_missing=True)
         return copy
 
 
@@ -87,11 +87,11 @@ def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress:
     role = ready_role(source)
     if source == GOLDEN:
         copy = boot_pristine(inst, site, role=role, progress=progress)
-        fp = inst.pristine(site, inst.table())
+        fp = inst.routing.pristine(site, inst.routing.table())
     else:
         imgs, label, fp = expected(inst, site, source)
-        with inst.booting(site, role=role, images=imgs, golden=label, progress=progress) as copy:
-            why = mismatch(fp, inst.fingerprint(copy)) if fp else ""
+        with inst.copies.booting(site, role=role, images=imgs, golden=label, progress=progress) as copy:
+            why = mismatch(fp, inst.checks.fingerprint(copy)) if fp else ""
             if why:
                 raise ResetFailed(f"{site}: a copy booted from {source} does not match it: {why}",
                                   f"take the snapshot again: envctl snapshot create {site} {source[len(SNAPSHOT):]}")
@@ -101,19 +101,19 @@ def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress:
             staged.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
                 login_state.renew(inst, logins, [site], out_dir=staged, pairs=False,  # pairs: composed when routed
-                                  headers=inst.backend_header(copy, inst.catalog.site(site).entry))
+                                  headers=inst.front.backend_header(copy, inst.catalog.site(site).entry))
             except NoBrowser:
                 pass  # a machine without a browser (a lab host): the copy is ready, without login files
-            why = inst.not_pristine(copy, fp)
+            why = inst.checks.not_pristine(copy, fp)
             if why:
                 raise ResetFailed(f"{site}: ready copy {copy.slot} is not pristine after its login: {why}")
-        addrs = {m.name: inst.backend.address(inst.name, m.name) or "" for m in copy.members.values()}
-        if not inst.add_ready(copy, source, seen=inst.addressed(site, copy.slot), addrs=addrs):
-            inst.remove_copy(copy)
+        addrs = {m.name: inst.backend.proxy.address(inst.name, m.name) or "" for m in copy.members.values()}
+        if not inst.routing.add_ready(copy, source, seen=inst.front.addressed(site, copy.slot), addrs=addrs):
+            inst.copies.remove(copy)
             login_state.drop_staged(logins, site, copy.slot)
             return None
     except BaseException:
-        inst.remove_copy(copy)
+        inst.copies.remove(copy)
         login_state.drop_staged(logins, site, copy.slot)
         raise
     progress(site, "ready", f"ready copy {copy.slot} of {source} listed")
@@ -129,7 +129,7 @@ def remove_strays(inst: Instance, site: str, table: RoutingTable, *, holding: bo
     booting: bool | None = False if holding else None
     activating: bool | None = None
     removed = []
-    for (_, slot), c in inst.copies(site).items():
+    for (_, slot), c in inst.copies.of(site).items():
         if slot in keep:
             continue
         roles = c.roles
@@ -144,8 +144,8 @@ def remove_strays(inst: Instance, site: str, table: RoutingTable, *, holding: bo
             if activating:
                 continue
         # A copy a route just left is drained: it takes no new request; let those in flight end.
-        inst.retire(c.names)
-        inst.remove_copy(c)
+        inst.front.retire(c.names)
+        inst.copies.remove(c)
         removed.append(c)
     return removed
 
@@ -153,7 +153,7 @@ def remove_strays(inst: Instance, site: str, table: RoutingTable, *, holding: bo
 def cleanup(inst: Instance, logins: Logins, site: str, *, holding: bool = False) -> list[str]:
     """Remove copies that are neither active nor ready (dirty ones, leftovers of a killed boot); their slots.
     ``holding``: the caller holds the site's ready lock (no other process can be booting a ready copy of it)."""
-    table = inst.table()
+    table = inst.routing.table()
     if not table.routes.active and not table.routes.by_port:
         return []  # no live routing table: nothing can be told apart
     removed = remove_strays(inst, site, table, holding=holding)
@@ -178,7 +178,7 @@ def refill(inst: Instance, logins: Logins, site: str, progress: Progress = _noop
         booted: list[str] = []
         while not inst.cancel.is_set():
             cleanup(inst, logins, site, holding=True)  # resets since the last pass left dirty copies
-            table = inst.table()
+            table = inst.routing.table()
             todo = [s for s in (sources or table.ready.sources(site))
                     if len(table.ready.of(site, s)) < table.ready.want(site, s)]
             if not todo:
@@ -242,8 +242,8 @@ def wait_and_take(inst: Instance, site: str, source: str, deadline: float) -> tu
     """Route ``site`` to the ready copy a worker is booting, as soon as it is listed; None if the worker ends
     without one (or ``deadline``, a monotonic time, passes)."""
     while time.monotonic() < deadline and not inst.cancel.is_set():
-        if inst.table().ready.of(site, source):
-            taken = inst.take_ready(site, source)
+        if inst.routing.table().ready.of(site, source):
+            taken = inst.routing.take_ready(site, source)
             if taken is not None:
                 return taken
         if not booting(inst, site):
@@ -254,11 +254,11 @@ def wait_and_take(inst: Instance, site: str, source: str, deadline: float) -> tu
 
 def drop(inst: Instance, logins: Logins, site: str, source: str | None = None) -> list[str]:
     """Forget and remove ``site``'s ready copies of ``source`` (every snapshot's when None); their slots."""
-    slots = inst.drop_ready(site, source)
-    copies = inst.copies(site) if slots else {}
+    slots = inst.routing.drop_ready(site, source)
+    copies = inst.copies.of(site) if slots else {}
     for slot in slots:
         if (site, slot) in copies:
-            inst.remove_copy(copies[(site, slot)])
+            inst.copies.remove(copies[(site, slot)])
         login_state.drop_staged(logins, site, slot)
     return slots
 

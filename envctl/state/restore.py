@@ -53,7 +53,7 @@ def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Prog
     phases: dict[str, float] = {}
     with locked(inst.reset_lock(site)):
         t = time.monotonic()
-        taken = inst.take_ready(site, source)
+        taken = inst.routing.take_ready(site, source)
         phases["swap"] = time.monotonic() - t
         copy = taken[1] if taken else None
         warm, how = copy is not None, "warm" if copy is not None else "cold"
@@ -70,13 +70,13 @@ def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Prog
             # Booted under the ready lock, so no cleanup takes it for a stray before it is routed; a worker
             # that holds the lock now may just be finishing a warm copy of it.
             with locked(inst.ready_lock(site), timeout=inst.catalog.site(site).health.timeout * 4):
-                taken = inst.take_ready(site, source)
+                taken = inst.routing.take_ready(site, source)
                 copy, warm = (taken[1], True) if taken else (None, False)
                 if copy is None:
                     progress(site, "boot", f"no warm copy of '{name}': booting one from its images")
-                    with inst.booting(site, role=ready_role(source), images=tags, golden=source,
+                    with inst.copies.booting(site, role=ready_role(source), images=tags, golden=source,
                                       progress=progress) as copy:
-                        inst.route(copy)
+                        inst.routing.route(copy)
             phases["boot"] = time.monotonic() - t
             why = verified(inst, copy, expected, phases, fingerprint=expected is not None)
             if why:
@@ -85,7 +85,7 @@ def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Prog
         t = time.monotonic()
         login = login_state.after_restore(inst, logins, site, name)
         phases["login"] = time.monotonic() - t
-        digest = expected.digest if expected else inst.fingerprint(copy).digest
+        digest = expected.digest if expected else inst.checks.fingerprint(copy).digest
     if background:
         ready.spawn(inst, logins, [site])
     else:
@@ -99,16 +99,16 @@ def _in_place(inst: Instance, site: str, name: str, expected: Fingerprint, phase
     steps; requests held meanwhile), verified by the snapshot's fingerprint; None when it cannot (the caller boots a
     copy)."""
     inplace = inst.catalog.site(site).reset.inplace
-    copy = inst.active_copy(site, inst.table())
+    copy = inst.routing.active_copy(site, inst.routing.table())
     if inplace is None or not inplace.has or copy is None:
         return None
     state = snapshots.saved_state(name)
     t = time.monotonic()
-    if not inst.has_saved(copy, state):
+    if not inst.copies.has_saved(copy, state):
         return None
     progress(site, "restore", f"restoring '{name}' inside the running copy")
-    with inst.hold(site):
-        inst.run_steps(copy, inplace.restore, "restore", progress=progress, state=state)
+    with inst.front.hold(site):
+        inst.copies.run_steps(copy, inplace.restore, "restore", progress=progress, state=state)
     phases["inplace"] = time.monotonic() - t
     why = verified(inst, copy, expected, phases, fingerprint=True)
     if why:

@@ -40,11 +40,11 @@ from envctl.instance import Instance
 
 def golden_key(inst: Instance, site: str) -> str:
     s = inst.catalog.site(site)
-    r = inst.renderer(site, "x")
+    r = inst.copies.renderer(site, "x")
     h = hashlib.sha256()
     h.update(inst.flavor.encode() + b"\0" + r("{public_url}").encode())
-    for svc, image in sorted(inst.images(site).items()):
-        h.update(svc.encode() + b"\0" + (inst.image_id(image) if inst.image_exists(image) else image).encode())
+    for svc, image in sorted(inst.copies.images_of(site).items()):
+        h.update(svc.encode() + b"\0" + (inst.images.info(image).id if inst.images.exists(image) else image).encode())
     # The in-place tier's save steps run before a golden is committed: the golden carries their result.
     for step in (*s.steps(inst.flavor), *(s.reset.inplace.save if s.reset.inplace else ())):
         # container names differ per copy; the rendered public values are what matters
@@ -65,7 +65,7 @@ def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str
     """(service -> golden image, key) when a golden exists for this site/flavor/URL, else (None, "")."""
     key = golden_key(inst, site)
     tags = golden_tags(inst, site, key)
-    if all(inst.image_exists(t) for t in tags.values()):
+    if all(inst.images.exists(t) for t in tags.values()):
         return tags, key
     return None, ""
 
@@ -73,7 +73,7 @@ def golden_images(inst: Instance, site: str) -> tuple[dict[str, str] | None, str
 def golden_fingerprint(inst: Instance, site: str, key: str) -> Fingerprint | None:
     """The fingerprint the golden images of ``key`` are labelled with; None when they are gone."""
     tags = golden_tags(inst, site, key)
-    if not all(inst.image_exists(t) for t in tags.values()):
+    if not all(inst.images.exists(t) for t in tags.values()):
         return None
     return labelled_fingerprint(inst, tags)
 
@@ -83,9 +83,9 @@ def commit_golden(inst: Instance, copy: Copy, fp: Fingerprint) -> Copy:
     key = golden_key(inst, copy.site)
     tags = golden_tags(inst, copy.site, key)
     labels = {"envctl.golden": key, "envctl.site": copy.site, "envctl.flavor": inst.flavor,
-              "envctl.public_url": inst.renderer(copy.site, copy.slot)("{public_url}"),
+              "envctl.public_url": inst.copies.renderer(copy.site, copy.slot)("{public_url}"),
               "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
-    return inst.commit_copy(copy, tags, labels)
+    return inst.copies.commit(copy, tags, labels)
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -110,8 +110,8 @@ def save_in_place(inst: Instance, copy: Copy, name: str, progress: Callable[[str
     if inplace is None or not inplace.has:
         return False
     progress(copy.site, "snapshot", "saving the state inside the copy too (an in-place restore)")
-    with inst.hold(copy.site):
-        inst.save_inplace(copy, progress, state=saved_state(name))
+    with inst.front.hold(copy.site):
+        inst.copies.save_inplace(copy, progress, state=saved_state(name))
     return True
 
 
@@ -124,7 +124,7 @@ def snapshot_tags(inst: Instance, site: str, name: str) -> dict[str, str]:
 def _snapshot_labels(inst: Instance, copy: Copy, name: str, fp: Fingerprint) -> dict[str, str]:
     return {"envctl.snapshot": name, "envctl.instance": inst.name, "envctl.site": copy.site,
             "envctl.flavor": inst.flavor,
-            "envctl.public_url": inst.renderer(copy.site, copy.slot)("{public_url}"),
+            "envctl.public_url": inst.copies.renderer(copy.site, copy.slot)("{public_url}"),
             "envctl.fingerprint": fp.to_label(), "envctl.created": f"{time.time():.0f}"}
 
 
@@ -165,14 +165,14 @@ def capture_live(inst: Instance, copy: Copy, name: str,
     if save_in_place(inst, copy, name, progress):  # before the commit: copies booted from the snapshot hold it too
         timings["save"] = time.monotonic() - t
     t = time.monotonic()
-    fp = inst.fingerprint(copy)
+    fp = inst.checks.fingerprint(copy)
     timings["fingerprint"] = time.monotonic() - t
     if not why:
         for attempt in (1, 2):
             progress(site, "snapshot", f"freeze, commit, unpause (attempt {attempt})")
-            inst.capture(copy, tags, _snapshot_labels(inst, copy, name, fp), timings)
+            inst.copies.capture(copy, tags, _snapshot_labels(inst, copy, name, fp), timings)
             t = time.monotonic()
-            after = inst.fingerprint(copy)
+            after = inst.checks.fingerprint(copy)
             timings["fingerprint"] += time.monotonic() - t
             if after.digest == fp.digest:
                 return LiveCapture(tags, fp, "freeze", attempt, timings)
@@ -181,8 +181,8 @@ def capture_live(inst: Instance, copy: Copy, name: str,
         why = "writes came in during two captures in a row"
     progress(site, "snapshot", f"clean stop, commit, start ({why})")
     t = time.monotonic()
-    fp = inst.fingerprint(copy)
-    inst.commit_copy(copy, tags, _snapshot_labels(inst, copy, name, fp))
+    fp = inst.checks.fingerprint(copy)
+    inst.copies.commit(copy, tags, _snapshot_labels(inst, copy, name, fp))
     timings["stop_commit_start"] = time.monotonic() - t
     return LiveCapture(tags, fp, "stop", 1, timings, f"clean stop: {why}")
 
@@ -192,11 +192,11 @@ def drop_leftovers(inst: Instance, site: str) -> list[str]:
     engine committed (the engine finishes a commit its client left), or a snapshot's former images once it was taken
     again. The caller holds the site's reset lock, so no capture of the site is in flight. Their ids."""
     gone = []
-    for img, img_tags, labels, _ in inst.images_labelled("envctl.snapshot"):
-        if not img_tags and labels.get("envctl.instance") == inst.name and labels.get("envctl.site") == site:
+    for img in inst.images.labelled("envctl.snapshot"):
+        if not img.tags and img.labels.get("envctl.instance") == inst.name and img.labels.get("envctl.site") == site:
             try:
-                inst.remove_image(img)
-                gone.append(img)
+                inst.images.remove(img.id)
+                gone.append(img.id)
             except EnvctlError:  # still in use (a warm copy booted from a former snapshot): its removal's business
                 continue
     return gone
@@ -205,14 +205,14 @@ def drop_leftovers(inst: Instance, site: str) -> list[str]:
 def labelled_fingerprint(inst: Instance, tags: dict[str, str]) -> Fingerprint | None:
     """The fingerprint a golden's or a snapshot's images were labelled with."""
     for tag in tags.values():
-        raw = inst.image_labels(tag).get("envctl.fingerprint")
+        raw = inst.images.info(tag).labels.get("envctl.fingerprint")
         if raw:
             return Fingerprint.from_json(raw)
     return None
 
 
 def exists(inst: Instance, tags: dict[str, str]) -> bool:
-    return all(inst.image_exists(t) for t in tags.values())
+    return all(inst.images.exists(t) for t in tags.values())
 
 
 @dataclass
@@ -233,7 +233,8 @@ def list_snapshots(inst: Instance, site: str | None = None) -> list[SnapshotInfo
     """Golden images (any instance) and the named snapshots of ``inst`` (running or not)."""
     out = []
     for kind, label in (("golden", "golden"), ("snapshot", "snapshot")):
-        for img_id, img_tags, lb, size in inst.images_labelled(f"envctl.{label}"):
+        for img in inst.images.labelled(f"envctl.{label}"):
+            img_id, img_tags, lb, size = img.id, img.tags, img.labels, img.size
             if kind == "snapshot" and lb.get("envctl.instance") != inst.name:
                 continue
             if kind == "golden" and lb.get("envctl.snapshot"):
@@ -255,6 +256,6 @@ def remove_snapshot(inst: Instance, name: str, site: str | None = None) -> list[
     if not removed:
         raise UsageError(f"no snapshot named '{name}'", "see 'envctl snapshot list'")
     for tag in removed:
-        inst.remove_image(tag)
+        inst.images.remove(tag)
     return removed
 

@@ -74,12 +74,12 @@ class VerifyResult:
 
 def verify(inst: Instance, site: str, table: RoutingTable | None = None, copy: Copy | None = None) -> VerifyResult:
     """Compare the routed (or given) copy with the pristine fingerprint."""
-    table = table or inst.table()
-    copy = copy or inst.active_copy(site, table)
+    table = table or inst.routing.table()
+    copy = copy or inst.routing.active_copy(site, table)
     if copy is None:
         raise SiteNotUp(site, inst.name)
-    expected = inst.pristine(site, table)
-    actual = inst.fingerprint(copy)
+    expected = inst.routing.pristine(site, table)
+    actual = inst.checks.fingerprint(copy)
     why = mismatch(expected, actual)
     return VerifyResult(site, not why, expected.digest if expected else None, actual.digest,
                         diff(expected, actual) if expected else [why])
@@ -99,7 +99,7 @@ def _probes(inst: Instance, site: str) -> str:
     ok, results = False, list[ProbeResult]()
     start = time.monotonic()
     for _ in attempts(inst.catalog.site(site).health.timeout, cancel=inst.cancel):
-        ok, results = inst.probe(site)
+        ok, results = inst.checks.probe(site)
         if ok:
             return ""
         if time.monotonic() - start > SETTLE_SECONDS and not all(_timed_out(r) for r in results if not r.ok):
@@ -118,7 +118,7 @@ def verified(inst: Instance, copy: Copy, pristine: Fingerprint | None, phases: d
         if not fingerprint:
             return _probes(inst, copy.site)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            fp = pool.submit(inst.not_pristine, copy, pristine)
+            fp = pool.submit(inst.checks.not_pristine, copy, pristine)
             return _probes(inst, copy.site) or fp.result()
     finally:
         phases["verify"] = phases.get("verify", 0.0) + time.monotonic() - t
@@ -151,8 +151,8 @@ class Reset:
         return self.inst.catalog.site(self.site)
 
     def active(self) -> Routed:
-        table = self.inst.table()
-        copy = self.inst.active_copy(self.site, table)
+        table = self.inst.routing.table()
+        copy = self.inst.routing.active_copy(self.site, table)
         if copy is None:
             raise SiteNotUp(self.site, self.inst.name)
         return Routed(copy)
@@ -193,7 +193,7 @@ class Spare(Tier):
 
     def run(self, r: Reset) -> Routed | str:
         t = time.monotonic()
-        taken = r.inst.take_ready(r.site, GOLDEN)
+        taken = r.inst.routing.take_ready(r.site, GOLDEN)
         r.phases["swap"] = time.monotonic() - t
         booting = taken is None and ready.booting(r.inst, r.site)
         if taken is None and TIERS["inplace"].usable(r.spec):
@@ -208,7 +208,7 @@ class Spare(Tier):
         dirty, copy, pristine, record = taken
         # addressed since it was verified (someone reached it): not to be trusted without a fingerprint
         fresh = (pristine is not None and time.time() - record.verified < FRESH_SECONDS
-                 and r.inst.addressed(r.site, copy.slot) == record.seen)
+                 and r.inst.front.addressed(r.site, copy.slot) == record.seen)
         return Routed(copy, dirty, fingerprint=not fresh, staged=login_state.install_staged(r.logins, r.site, copy.slot))
 
 
@@ -229,8 +229,8 @@ class InPlace(Tier):
             raise UsageError(f"{r.site} has no in-place tier", "its catalog entry declares no reset.inplace steps")
         routed = r.active()
         t = time.monotonic()
-        with r.inst.hold(r.site):
-            r.inst.run_steps(routed.copy, inplace.restore, "restore", progress=r.progress)
+        with r.inst.front.hold(r.site):
+            r.inst.copies.run_steps(routed.copy, inplace.restore, "restore", progress=r.progress)
         r.phases["inplace"] = time.monotonic() - t
         return routed
 
@@ -255,7 +255,7 @@ class Endpoint(Tier):
         r.phases["endpoint"] = time.monotonic() - t
         if spec.reset.success_text and spec.reset.success_text not in resp.text:
             raise ResetFailed(f"{r.site}: reset endpoint answered {resp.status_code}: "
-                              f"{r.inst.mask(r.site, resp.text.strip())[:200]}")
+                              f"{r.inst.checks.mask(r.site, resp.text.strip())[:200]}")
         return r.active()
 
 
@@ -274,7 +274,7 @@ class Recreate(Tier):
             copy = ready.boot_pristine(r.inst, r.site, role="active", progress=r.progress)
             r.phases["boot"] = time.monotonic() - t
             t = time.monotonic()
-            dirty = r.inst.route(copy)
+            dirty = r.inst.routing.route(copy)
             r.phases["swap"] = time.monotonic() - t
         return Routed(copy, dirty)
 
@@ -318,7 +318,7 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
             try:
                 routed = TIERS[name].run(r)
                 why = routed if isinstance(routed, str) else verified(
-                    inst, routed.copy, inst.pristine(site, inst.table()), r.phases, fingerprint=routed.fingerprint)
+                    inst, routed.copy, inst.routing.pristine(site, inst.routing.table()), r.phases, fingerprint=routed.fingerprint)
             except EnvctlError as exc:
                 why = str(exc)
             if why:

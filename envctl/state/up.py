@@ -42,40 +42,40 @@ def ensure_site(inst: Instance, name: str, *, wait: bool, progress: Progress) ->
     timings: dict[str, float] = {}
     action = "created"
     try:
-        table = inst.table()
-        active = inst.active_copy(name, table)
+        table = inst.routing.table()
+        active = inst.routing.active_copy(name, table)
         if active is None and table.routes.active.get(name):
             action = "repaired"  # routed before, but its members are gone
             progress(name, "repair", "the active copy's members are gone; recreating the site")
         if active is not None and active.running() and set(active.members) == set(site.services_for(inst.flavor)):
             progress(name, "check", "running; checking health")
-            ok, results = inst.probe(name)
+            ok, results = inst.checks.probe(name)
             if ok:
                 progress(name, "healthy", "already healthy")
                 return SiteResult(name, True, "kept", url, timings, probes=[r.to_dict() for r in results])
             action, copy, booted, fresh = "repaired", active, False, False
-            inst.configure(copy, progress=progress)  # running but unhealthy: configure again (idempotent) and wait
-            inst.route(copy)
-            moved = inst.refresh_addresses(copy)  # a copy that ran before, restarted alone, may have a new address
+            inst.copies.configure(copy, progress=progress)  # running but unhealthy: configure again (idempotent) and wait
+            inst.routing.route(copy)
+            moved = inst.routing.refresh_addresses(copy)  # a copy that ran before, restarted alone, may have a new address
             if moved:
                 progress(name, "repair", f"the proxy routes {', '.join(moved)} at its new address")
         else:
             if active is not None:
                 action = "repaired"
                 progress(name, "repair", "a member is missing or stopped; recreating the site")
-                inst.remove_copy(active)
+                inst.copies.remove(active)
             copy, fresh = _boot_active(inst, name, progress, timings)
             booted = True
         if not wait:
             return SiteResult(name, True, action, url, timings)
         t = time.monotonic()
         progress(name, "wait", "waiting for health probes")
-        results = inst.wait_healthy(copy, public=True)
+        results = inst.checks.wait_healthy(copy, public=True)
         timings["healthy"] = time.monotonic() - t
         record_pristine(inst, copy, fresh=fresh, booted=booted)
         if fresh:
             t = time.monotonic()
-            if inst.save_inplace(copy, progress):
+            if inst.copies.save_inplace(copy, progress):
                 timings["save"] = time.monotonic() - t
         progress(name, "healthy", f"healthy at {url}")
         return SiteResult(name, True, action, url, timings, probes=[r.to_dict() for r in results])
@@ -92,13 +92,13 @@ def _boot_active(inst: Instance, name: str, progress: Progress, timings: dict[st
     # and so is one a worker is booting right now: it holds the site's ready lock (and cleans up itself).
     try:
         with locked(inst.ready_lock(name), wait=False):
-            ready.remove_strays(inst, name, inst.table())
+            ready.remove_strays(inst, name, inst.routing.table())
     except Busy:
         pass
     images, golden = snapshots.golden_images(inst, name)
     with locked(inst.boot_lock(name)):  # a cleanup leaves it alone until it is routed
-        copy = inst.boot_copy(name, role="active", images=images, golden=golden, progress=progress, timings=timings)
-        inst.route(copy)
+        copy = inst.copies.boot(name, role="active", images=images, golden=golden, progress=progress, timings=timings)
+        inst.routing.route(copy)
     return copy, not golden
 
 
@@ -111,13 +111,13 @@ def record_pristine(inst: Instance, copy: Copy, *, fresh: bool, booted: bool) ->
     site = copy.site
     fp: Fingerprint | None = None
     if fresh:
-        fp = inst.fingerprint(copy)
+        fp = inst.checks.fingerprint(copy)
     elif copy.golden and not copy.golden.startswith("snapshot:"):
         fp = snapshots.golden_fingerprint(inst, site, copy.golden)
-        if fp is None and booted and site not in inst.table().pristine:
-            fp = inst.fingerprint(copy)  # an unlabelled golden: the copy just booted from it is its state
+        if fp is None and booted and site not in inst.routing.table().pristine:
+            fp = inst.checks.fingerprint(copy)  # an unlabelled golden: the copy just booted from it is its state
     if fp is not None:
-        inst.set_pristine(site, fp)
+        inst.routing.set_pristine(site, fp)
 
 
 def spares_wanted(inst: Instance, names: list[str], spares: int | None) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
@@ -129,11 +129,11 @@ def spares_wanted(inst: Instance, names: list[str], spares: int | None) -> tuple
     spare_sites = [n for n in names if inst.catalog.site(n).reset.tier == "spare"]
     if spares is not None:
         return {n: spares for n in spare_sites}, {}
-    table = inst.table()
+    table = inst.routing.table()
     fresh = [n for n in spare_sites if GOLDEN not in table.ready.wanted.get(n, {}) or capacity.short(table, n)]
     if not fresh:
         return {}, {}
-    up = inst.sites_up(table)
+    up = inst.routing.sites_up(table)
     fixed = {n: table.ready.want(n, GOLDEN) for n in up if n not in fresh}
     p = capacity.plan_spares(inst, up, fixed=fixed, at_least={n: table.ready.want(n, GOLDEN) for n in fresh})
     planned: dict[str, dict[str, Any]] = {}
@@ -152,7 +152,7 @@ def choose_flavor(catalog: Catalog, instance: str, sites: list[str]) -> tuple[st
     for f in [f for f in ("full", "mini", "slim") if f in catalog.flavors()]:
         mine = [n for n in sites if f in catalog.site(n).flavors]
         probe = Instance(catalog, InstanceSettings(instance, f, backend=Instance.backend_kind()))
-        if mine and not probe.missing_images(mine):
+        if mine and not probe.copies.missing_images(mine):
             if f == "full":
                 return f, "the full flavor's images are here"
             return f, "its images are here and the full flavor's are not ('envctl images get' fetches them)"
@@ -164,8 +164,8 @@ def check_images(inst: Instance, sites: list[str]) -> None:
     the instance's flavor) is on the backend. First each site's bind-mount sources are confined to the data directory
     now, before anything is made (a symbolic link put there since the catalog was loaded: one line)."""
     for n in sites:
-        inst.spec(n, role="active")
-    missing = inst.missing_images(sites)
+        inst.copies.spec(n, role="active")
+    missing = inst.copies.missing_images(sites)
     if not missing:
         return
     names = ", ".join(f"{img} ({site})" for site, img, _ in missing)
