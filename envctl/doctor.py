@@ -6,7 +6,7 @@ import shutil
 from typing import Any
 
 from envctl.catalog import Catalog
-from envctl.errors import EnvctlError
+from envctl.errors import EngineUnavailable, EnvctlError
 from envctl.plan import memory_bytes
 from envctl.paths import executable_file
 from envctl.validate import env_report, env_value
@@ -34,6 +34,10 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     probe = Instance(catalog, InstanceSettings("doctor", flavor, bind=bind, port_offset=port_offset,
                                                backend=Instance.backend_kind()))
     try:
+        stalled = probe.engine_problem()  # a few seconds, not the engine's timeout: doctor answers on a stalled engine
+        if stalled:
+            raise EngineUnavailable(stalled, "see 'docker info'; restart the engine (scripts/docker-engine.sh) if it "
+                                             "stays unanswering")
         info = Instance.check_engine()
         engine_ok = True
         root = str(info["docker_root_dir"])

@@ -77,8 +77,11 @@ class Lab:
         self._leased: Instance | None = None  # the instance as a lease pool last found it (_leasing)
 
     # -- the running instance ------------------------------------------------------------------
-    def settings(self) -> InstanceSettings | None:
-        """The running instance's settings (from labels), or None if it does not exist."""
+    def settings(self, *, quick: bool = False) -> InstanceSettings | None:
+        """The running instance's settings (its proxy's table or labels), or None if it does not exist (``quick``:
+        also None when only the engine could say and it does not answer within a few seconds)."""
+        if quick and self._probe("full").engine_problem():
+            return find_settings(self.instance, engine=False)
         return find_settings(self.instance)
 
     def find(self) -> Instance | None:
@@ -478,23 +481,30 @@ class Lab:
         return out
 
     def status(self) -> Status:
+        """Each site's copies, probes and spares. The engine is asked only once it answers a ping within a few
+        seconds: a stalled or absent engine leaves what the routing table (through the proxy) and the probes say,
+        and which engine did not answer (``Status.engine``), in seconds rather than after the engine's timeout."""
         inst = self.running()
         table = inst.routing.table()
-        copies = inst.copies.of()
+        stalled = inst.engine_problem()
+        copies = {} if stalled else inst.copies.of()
         try:
-            kills = inst.oom_kills(time.time() - 86400)
+            kills = [] if stalled else inst.oom_kills(time.time() - 86400)
         except EnvctlError:
             kills = []
         rows = []
         for site_name in self.catalog.sites:
             slots = [slot for (s, slot) in copies if s == site_name]
+            if stalled and site_name in table.routes.active:
+                slots = [table.routes.active[site_name]]  # the routed copy, as the table says (not listed)
             if not slots:
                 continue
             site = self.catalog.site(site_name)
             active_slot = table.routes.active.get(site_name)
-            ok, probes = inst.checks.probe(site_name) if active_slot and (site_name, active_slot) in copies else (False, [])
+            routed = active_slot and ((site_name, active_slot) in copies or stalled)
+            ok, probes = inst.checks.probe(site_name) if routed else (False, [])
             containers = []
-            for slot in slots:
+            for slot in slots if not stalled else []:
                 cp = copies[(site_name, slot)]
                 source = table.ready.source_of(site_name, slot)
                 role = ("active" if slot == active_slot else "booting" if source is None else
@@ -517,7 +527,7 @@ class Lab:
         if rec.get("id"):
             lease["id"] = str(rec["id"])[:8] + "…"  # enough to tell leases apart; the id releases it
         return Status(self.instance, s.flavor, s.public_host, s.bind, s.port_offset, rows, lease=lease,
-                      backend=s.backend, where=inst.where()[1])
+                      backend=s.backend, where="" if stalled else inst.where()[1], engine=stalled)
 
     # -- down ----------------------------------------------------------------------------------
     def down(self, sites: list[str] | None = None, *, volumes: bool = False) -> DownResult:
@@ -586,6 +596,19 @@ class Lab:
 
         with ThreadPoolExecutor(max_workers=len(sites)) as ex:
             return {s: why for s, why in ex.map(one, sites) if why}
+
+    def signals(self, sites: list[str]) -> dict[str, str | None]:
+        """Each site's change signal in its routed copy (None: the site declares none, or is not routed): read side by
+        side, one step inside each copy. Equal signals at two moments mean its fingerprint's data did not change."""
+        inst = self.running()
+        table = inst.routing.table()
+
+        def one(site: str) -> str | None:
+            copy = inst.routing.active_copy(site, table)
+            return inst.checks.changes(copy) if copy is not None else None
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(sites)))) as pool:
+            return dict(zip(sites, pool.map(one, sites)))
 
     def spares_ready(self) -> dict[str, int]:
         """Site -> ready spares, for the sites that keep spares (or have some)."""

@@ -73,6 +73,7 @@ class Status:
     lease: dict[str, Any] = field(default_factory=dict)  # pool, state, holder, sites, expires (a pool member)
     backend: str = "local"
     where: str = ""  # the node it runs on (swarm), '' on this machine
+    engine: str = ""  # '' when the engine answered; else which did not: what the routing table and probes say instead
 
     @property
     def healthy(self) -> bool:

@@ -48,6 +48,7 @@ LANDING = "/wikipedia_en_all_maxi_2022-05/A/User:The_other_Kiwix_guy/Landing"
 class DataLab:
     def __init__(self, lab: SwarmLab, work: Path, server: FaultServer) -> None:
         self.lab, self.work, self.server = lab, work, server
+        self.data = work / "data" / "data"  # the full flavor's data directory under the data root ENVCTL_DATA_DIR
         self.env = {**os.environ, "DOCKER_HOST": lab.manager_host, "ENVCTL_BACKEND": "swarm",
                     "ENVCTL_SWARM_REGISTRY": lab.registry, "ENVCTL_REGISTRY_MIRROR": lab.registry,
                     "ENVCTL_CATALOG": str(work / "sites.yaml"), "ENVCTL_DATA_DIR": str(work / "data"),
@@ -114,7 +115,7 @@ def test_images_get_on_a_swarm_fills_the_managers_engine_and_leaves_the_data_to_
             if a.kind == "data"]
     assert all(actions[n] == "on nodes" for n in data) and data, actions
     assert all(a in ("pulled", "loaded") for n, a in actions.items() if n not in data), actions
-    assert not (dl.work / "data" / "wikipedia" / ZIM).exists()  # nothing of the data came to this machine
+    assert not (dl.data / "wikipedia" / ZIM).exists()  # nothing of the data came to this machine
     images = dl.lab.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
     assert "ghcr.io/kiwix/kiwix-serve:3.3.0" in images and "openstreetmap-website-web:latest" in images, images
 
@@ -134,7 +135,7 @@ def test_up_places_every_sites_data_on_its_node_from_the_mirror_and_the_sites_se
                                          "?overview=false", timeout=20).text
     assert requests.get(f"http://{host}:9980/index.php", timeout=20).status_code == 200
     # the node holds each file, verified (its sha256 beside it), and says so in its labels
-    root = str(dl.work / "data")
+    root = str(dl.data)
     pins = json.loads((dl.work / "data" / "images.lock").read_text())["artifacts"]
     zim = f"{root}/wikipedia/{ZIM}"
     held = dl.on_node(node, "cat", f"/host{zim}.sha256")
@@ -143,7 +144,7 @@ def test_up_places_every_sites_data_on_its_node_from_the_mirror_and_the_sites_se
     assert labels.get(f"envctl.data.{ZIM}") == pins[ZIM]["sha256"][:16], labels
     osrm = dl.on_node(node, "ls", f"/host{root}/map/osrm/car")
     assert "us-northeast-latest.osrm" in osrm.stdout, osrm.stdout + osrm.stderr  # unpacked where the routers mount it
-    assert dl.fetches(ZIM) >= 1 and not (dl.work / "data" / "wikipedia" / ZIM).exists()  # the node fetched it itself
+    assert dl.fetches(ZIM) >= 1 and not (dl.data / "wikipedia" / ZIM).exists()  # the node fetched it itself
     other = "node3" if node == "node2" else "node2"
     assert not dl.on_node(other, "test", "-e", f"/host{zim}").returncode == 0  # only where the site runs
     listed = dl.json("images", "list", "--flavor", "full", "wikipedia")
@@ -173,7 +174,7 @@ def test_a_node_that_reaches_no_mirror_gets_this_machines_verified_copy(dl: Data
         art["sources"] = [{"kind": "http", "mirror": "loopback", "url": local.url("ok", ZIM)}]
         cat = tmp_path / "sites.yaml"
         cat.write_text(yaml.safe_dump(raw, sort_keys=False))
-        here = dl.work / "data" / "wikipedia" / ZIM  # what 'images get' on this machine would have put here
+        here = dl.data / "wikipedia" / ZIM  # what 'images get' on this machine would have put here
         here.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(dl.server.paths[ZIM], here)
         held = [n for n in ("node2", "node3") if dl.node_labels(n).get(f"envctl.data.{ZIM}")]

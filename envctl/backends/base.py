@@ -127,6 +127,11 @@ class Copy:
         return bool(self.members) and all(m.running for m in self.members.values())
 
     @property
+    def frozen(self) -> list[str]:
+        """Its members that are frozen (``docker pause``): running to the engine, answering nothing."""
+        return [m.name for m in self.members.values() if m.status == "paused"]
+
+    @property
     def golden(self) -> str:
         return next((m.label("golden") for m in self.members.values() if m.label("golden")), "")
 
@@ -464,7 +469,7 @@ class Placement(ABC):
         return ""
 
     def node_states(self) -> dict[str, str]:
-        """Node -> its state (ready, down, drain) for a backend of many machines; {} for one."""
+        """Node -> its state (ready, down, drain, pause) for a backend of many machines; {} for one."""
         return {}
 
     def where(self, settings: InstanceSettings) -> tuple[str, str]:
@@ -491,6 +496,11 @@ class Placement(ABC):
     @abstractmethod
     def info(self) -> dict[str, object]:
         """The engine's version, storage driver, data root, CPUs (EngineUnavailable when it cannot be asked)."""
+
+    @abstractmethod
+    def answers(self, timeout: float) -> str:
+        """'' when the engine (a swarm's manager) answers within ``timeout`` seconds, else which one did not and how:
+        what a command that must answer in seconds asks before it waits on the engine."""
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,9 @@ class LocalPlacement(Placement):
     def info(self) -> dict[str, object]:
         return self.engine.info()
 
+    def answers(self, timeout: float) -> str:
+        return "" if self.engine.ping(timeout) else f"{self.engine.where} did not answer within {timeout:g}s (stalled or down)"
+
     def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
         return [(lab.get("envctl.site", ""), lab.get("name", ""), t)
                 for lab, t in self.engine.oom_events({"envctl.instance": settings.name}, since, until)]

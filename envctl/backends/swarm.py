@@ -306,6 +306,10 @@ class SwarmPlacement(Placement):
         self.swarm.registry  # noqa: B018 - a missing registry setting is named before anything runs
         return info
 
+    def answers(self, timeout: float) -> str:
+        m = self.swarm.manager
+        return "" if m.ping(timeout) else f"the swarm manager, {m.where}, did not answer within {timeout:g}s (stalled or down)"
+
     def oom_kills(self, settings: InstanceSettings, since: float, until: float) -> list[tuple[str, str, float]]:
         node = self.swarm.nodes().get(settings.node)
         if node is None or node.state != "ready":  # a lost node's engine would hold the call (problem() says why)
@@ -314,8 +318,9 @@ class SwarmPlacement(Placement):
                 for lab, t in self.swarm.engine(settings.node).oom_events({"envctl.instance": settings.name}, since, until)]
 
     def node_states(self) -> dict[str, str]:
-        return {n.hostname: (n.state if n.state != "ready" else "drain" if n.availability == "drain" else "ready")
-                for n in self.swarm.nodes().values()}
+        """Node -> ready, down, drain (Swarm stops its tasks) or pause (no new task; those there run on)."""
+        return {n.hostname: (n.state if n.state != "ready" else n.availability if n.availability in ("drain", "pause")
+                             else "ready") for n in self.swarm.nodes().values()}
 
     def problem(self, settings: InstanceSettings) -> str:
         """Why the instance's node cannot run it now ('' when it can): down, drained, gone."""

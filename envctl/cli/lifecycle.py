@@ -146,7 +146,7 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
 
     pool = _pool_leases(instance)
     lab = ctx.lab(instance)
-    if pool is not None and lab.settings() is None:  # a lease pool's name: its members and their leases
+    if pool is not None and lab.settings(quick=True) is None:  # a lease pool's name: its members and their leases
         if as_json:
             return emit_json(pool)
         _show_pool(instance, pool)
@@ -166,6 +166,9 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
     table(f"instance {instance} ({st.flavor}, {st.public_host}, bind {st.bind}"
           + (f", {st.backend} {st.where}" if st.where else "") + ")",
           ["site", "url", "health", "probes", "image", "uptime", "spares"], rows)
+    if st.engine:
+        click.echo(f"engine: {st.engine}; containers not listed: the sites, routes and lease are what the front proxy "
+                   "holds and the probes say")
     for s in st.sites:
         if s.spares_note:  # the capacity plan gave it fewer spares than the catalog wants
             click.echo(f"fewer spares: {s.spares_note}")

@@ -49,9 +49,22 @@ def _with_data_dir(settings: InstanceSettings) -> InstanceSettings:
     return dataclasses.replace(settings, data_dir=str(data_dir(settings.flavor)))
 
 
-def find_settings(name: str, backend: Backend | None = None) -> InstanceSettings | None:
-    """An instance's settings from its labels (its proxy's, or its network's if the proxy is gone)."""
-    labels = (backend or get_backend()).proxy.instance_labels(name)
+def find_settings(name: str, backend: Backend | None = None, *, engine: bool = True) -> InstanceSettings | None:
+    """An instance's settings: through its proxy's control service when this machine reached it lately (the table
+    keeps the settings its labels had when the proxy was made: no engine call), else from its labels (its proxy's,
+    or its network's if the proxy is gone)."""
+    backend = backend or get_backend()
+    try:
+        ctl = proxy.known(name)
+        table = proxy.load(ctl) if ctl is not None else None
+    except EnvctlError:
+        table = None
+    got = table.settings if table is not None else {}
+    if got.get("envctl.instance") == name and got.get("envctl.backend", "local") == backend.kind:
+        return _with_data_dir(InstanceSettings.from_labels(got))
+    if not engine:
+        return None
+    labels = backend.proxy.instance_labels(name)
     return None if labels is None else _with_data_dir(InstanceSettings.from_labels(labels))
 
 
@@ -129,6 +142,10 @@ class Instance(Core):
         if why:
             return why
         return "" if self.routing.exists() else "front proxy gone"
+
+    def engine_problem(self, timeout: float = 3.0) -> str:
+        """'' when the engine (a swarm's manager) answers within ``timeout`` seconds, else which did not."""
+        return self.backend.placement.answers(timeout)
 
     def oom_kills(self, since: float, until: float | None = None) -> list[tuple[str, str, float]]:
         """Copies' members the kernel killed for their memory limit since ``since`` (Unix time): (site, member, when)."""

@@ -103,6 +103,22 @@ class Checks:
                 outputs[q.name] = out
         return hashed(outputs)
 
+    def changes(self, copy: Copy) -> str | None:
+        """The site's change signal in ``copy`` (its catalog ``changes`` queries, hashed: a few milliseconds of the
+        database's own log position), or None when the site declares none. Equal signals mean nothing the
+        fingerprint covers changed in between, whatever path a change would have taken."""
+        spec = self.core.catalog.site(copy.site)
+        if not spec.changes:
+            return None
+        outputs = {}
+        for q in spec.changes:
+            rc, out = self._exec(copy, q.service or spec.entry, list(q.run))
+            if rc != 0:
+                raise DockerError(f"{spec.title}: change signal '{q.name}' failed (exit {rc}): "
+                                  f"{self.mask(copy.site, out)[-200:]}")
+            outputs[q.name] = out
+        return hashed(outputs).digest
+
     def not_pristine(self, copy: Copy, expected: Fingerprint | None) -> str:
         """'' when ``copy`` matches the pristine fingerprint ``expected``, else why not."""
         return mismatch(expected, self.fingerprint(copy))

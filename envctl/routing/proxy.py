@@ -585,6 +585,7 @@ def spec(settings: InstanceSettings, ports: list[int], state: RoutingTable, imag
     first start)."""
     token = secrets.token_hex(32)  # hex: a token starting with "-" would read as a flag in the config
     state.routes.ports = sorted(ports)
+    state.settings = settings.labels()
     b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
     return ProxySpec(settings.name, image, settings.bind, sorted(ports),
                      {**settings.labels(), "envctl.role": "proxy",

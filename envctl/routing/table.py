@@ -109,6 +109,9 @@ class RoutingTable:
     ready: ReadyCopies = field(default_factory=ReadyCopies)
     pristine: dict[str, str] = field(default_factory=dict)  # site -> fingerprint JSON of its pristine state
     lease: LeaseRecord = field(default_factory=LeaseRecord)
+    # The instance's settings, as its labels say (written when its proxy is made): what lets this machine find the
+    # instance through the proxy's control service alone, without an engine call (a stalled engine, a fast command).
+    settings: dict[str, str] = field(default_factory=dict)
 
     def sites_up(self) -> list[str]:
         return self.routes.sites()
@@ -132,6 +135,8 @@ class RoutingTable:
             out["planned"] = rc.planned
         if self.lease.data:
             out["lease"] = self.lease.data
+        if self.settings:
+            out["settings"] = self.settings
         return json.dumps(out, indent=1, sort_keys=True)
 
     @classmethod
@@ -153,7 +158,8 @@ class RoutingTable:
             for name, slots in by_name.items():
                 ready.slots.setdefault(site, {})[snapshot_source(name)] = [Ready(s) for s in slots]
                 ready.wanted.setdefault(site, {})[snapshot_source(name)] = 1
-        return cls(routes, ready, raw.get("pristine") or {}, LeaseRecord(raw.get("lease") or {}))
+        return cls(routes, ready, raw.get("pristine") or {}, LeaseRecord(raw.get("lease") or {}),
+                   {str(k): str(v) for k, v in (raw.get("settings") or {}).items()})
 
 
 __all__ = ["RoutingTable", "Routes", "Route", "ReadyCopies", "Ready", "LeaseRecord", "GOLDEN", "SNAPSHOT",

@@ -47,7 +47,8 @@ def ensure_site(inst: Instance, name: str, *, wait: bool, progress: Progress) ->
         if active is None and table.routes.active.get(name):
             action = "repaired"  # routed before, but its members are gone
             progress(name, "repair", "the active copy's members are gone; recreating the site")
-        if active is not None and active.running() and set(active.members) == set(site.services_for(inst.flavor)):
+        if active is not None and active.running() and not active.frozen \
+                and set(active.members) == set(site.services_for(inst.flavor)):
             progress(name, "check", "running; checking health")
             ok, results = inst.checks.probe(name)
             if ok:
@@ -62,7 +63,9 @@ def ensure_site(inst: Instance, name: str, *, wait: bool, progress: Progress) ->
         else:
             if active is not None:
                 action = "repaired"
-                progress(name, "repair", "a member is missing or stopped; recreating the site")
+                why = (f"{', '.join(active.frozen)} frozen (paused)" if active.frozen and active.running()
+                       else "a member is missing or stopped")
+                progress(name, "repair", f"{why}; recreating the site")
                 inst.copies.remove(active)
             copy, fresh = _boot_active(inst, name, progress, timings)
             booted = True
