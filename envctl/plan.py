@@ -110,6 +110,17 @@ class Plan:
         """Whether the active copies alone fit the budget."""
         return sum(s.counted_bytes or s.copy_bytes for s in self.sites) <= self.budget_bytes
 
+    @property
+    def in_place_bytes(self) -> int:
+        """What one instance of these sites takes with no spare (every writable site reset in place)."""
+        return sum(s.counted_bytes or s.copy_bytes for s in self.sites)
+
+    def instances(self) -> tuple[int, int]:
+        """How many instances of these sites the whole budget holds: (with the spares planned, in place only)."""
+        whole = int(self.host_bytes * BUDGET_SHARE)
+        return (whole // self.used_bytes if self.used_bytes else 0,
+                whole // self.in_place_bytes if self.in_place_bytes else 0)
+
     def spares(self) -> dict[str, int]:
         return {s.site: s.spares for s in self.sites}
 
@@ -120,8 +131,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"flavor": self.flavor, "host_bytes": self.host_bytes, "budget_bytes": self.budget_bytes,
                 "reserved_bytes": self.reserved_bytes, "others": self.others, "margin": self.margin,
-                "used_bytes": self.used_bytes, "fits": self.fits, "sites": [s.to_dict() for s in self.sites],
-                "short": self.short()}
+                "used_bytes": self.used_bytes, "in_place_bytes": self.in_place_bytes, "fits": self.fits,
+                "instances": dict(zip(("with_spares", "in_place_only"), self.instances())),
+                "sites": [s.to_dict() for s in self.sites], "short": self.short()}
 
 
 def plan(catalog: Catalog, sites: list[str], flavor: str, host_bytes: int | None = None,

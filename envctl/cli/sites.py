@@ -121,5 +121,8 @@ def plan_cmd(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, memory: 
                   "; the engine could not be read"))
     click.echo("'envctl up' also counts what other instances on the engine use (measured the same way)")
     click.echo("'envctl up' boots these spares by default ('--spares K' asks for K per site instead)")
+    with_spares, in_place = p.instances()
+    click.echo(f"instances of these sites that fit the budget: {with_spares} with these spares ({gb(p.used_bytes)} "
+               f"each), {in_place} resetting in place only ('up --spares 0': {gb(p.in_place_bytes)} each)")
 
 

@@ -10,6 +10,7 @@ plus its word in ``envctl.catalog.Tier``.
 """
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,7 @@ class ResetResult:
     error: str = ""
     note: str = ""  # e.g. login files not renewed on a machine without a browser
     login: str = ""  # staged: the ready copy's own login file moved into place (no login in the reset)
+    restored: str = ""  # in place: what the site's restore steps said they put back ("restored 2 tables: ...")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -145,6 +147,7 @@ class Reset:
     site: str
     progress: Progress
     phases: dict[str, float] = field(default_factory=dict)
+    restored: str = ""
 
     @property
     def spec(self) -> Site:
@@ -230,8 +233,10 @@ class InPlace(Tier):
         routed = r.active()
         t = time.monotonic()
         with r.inst.front.hold(r.site):
-            r.inst.copies.run_steps(routed.copy, inplace.restore, "restore", progress=r.progress)
+            said = r.inst.copies.run_steps(routed.copy, inplace.restore, "restore", progress=r.progress)
         r.phases["inplace"] = time.monotonic() - t
+        r.restored = next((ln.strip() for out in reversed(said) for ln in reversed(out.splitlines())
+                           if ln.strip().startswith("restored")), "")
         return routed
 
 
@@ -289,10 +294,22 @@ class Nothing(Tier):
         return r.active()
 
 
-def chain(site: Site, first: str | None = None) -> list[str]:
+def busy() -> bool:
+    """Whether this machine's CPUs are short now: the 1-minute load average at or above the CPU count."""
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+    except OSError:
+        return False
+
+
+def chain(site: Site, first: str | None = None, *, cpu_short: bool = False) -> list[str]:
     """The tiers a reset of ``site`` tries, in order: ``first`` (default: the catalog's), then what follows it
-    that the site can use."""
+    that the site can use. ``cpu_short`` (the host is busy) with the catalog's default: a site that can restore in
+    place does so before taking a spare, whose refill would boot a whole copy out of the agents' CPU share (in
+    place costs what the episode changed; ``bench/inplace.py`` prints both in core-seconds)."""
     start = first or site.reset.tier
+    if first is None and cpu_short and start == "spare" and TIERS["inplace"].usable(site):
+        return ["inplace", "spare", "recreate"]
     if start not in TIERS:
         raise UsageError(f"unknown tier '{start}'", f"choose one of {', '.join(TIERS)}")
     out = [start]
@@ -308,7 +325,7 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
     and boots the ready copies the site keeps (else the dirty copy is removed before returning).
     ``defer_login``: the caller renews the login files (a multi-site reset does it once, after every site has
     its final copy, so files pairing two sites are not made against a copy being replaced)."""
-    tiers = chain(inst.catalog.site(site), tier)
+    tiers = chain(inst.catalog.site(site), tier, cpu_short=tier is None and busy())
     start = time.monotonic()
     r = Reset(inst, logins, site, progress)
     escalations: list[str] = []
@@ -337,7 +354,7 @@ def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = 
             elif routed.dirty:
                 ready.cleanup(inst, logins, site)
             return ResetResult(site, True, name, time.monotonic() - start, r.phases, escalations, note=note,
-                               login="staged" if routed.staged else "")
+                               login="staged" if routed.staged else "", restored=r.restored)
     return ResetResult(site, False, tiers[-1], time.monotonic() - start, r.phases, escalations,
                        escalations[-1] if escalations else "no tier worked")
 
