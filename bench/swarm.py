@@ -15,7 +15,10 @@ measured in the same run. Printed (no assertions):
    p50 / p95, and release -> free again; a local pool of 1 as the baseline;
 4. node loss: both instances leased, the node under one of them killed (``docker kill`` of its container): time
    until the holder's heartbeat answers 409 "lost: ...", and until a lease asked for right after the kill is
-   granted (the lost instance brought up again on the other worker; goal <= 60 s).
+   granted (the lost instance brought up again on the other worker; goal <= 60 s);
+5. a whole WebArena mini instance (bench/turnaround.py's seven sites, spares from the plan) in a pool of one on the
+   swarm and one on this machine: release -> next lease after an episode (every site read, a reddit post), p50 / p95
+   and the swarm/local ratio (goal within 1.5x); BrowserGym's full_reset() through each lease (``--whole 0`` skips).
 
 Instances: sbu<N>-<k> (swarm) / sbl<N>-<k> (local) for 1, sbr (swarm) / sb-local (local) for 2, pools sbp (swarm)
 and sblp (local, 1 instance) for 3 and 4; port offsets 54000-54999 (a pool's second instance is 1000 higher: its
@@ -45,6 +48,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from swarmlab import SwarmLab  # noqa: E402
+import turnaround  # noqa: E402  (bench/turnaround.py: an episode of a whole instance)
 
 from envctl.backends.swarm import HELPER  # noqa: E402
 from envctl.catalog import load_catalog  # noqa: E402
@@ -130,7 +134,7 @@ def prepare(lab: SwarmLab, workers: list[str]) -> None:
     lab.docker("node", "update", "--availability", "drain", "node1")
     cat = load_catalog()
     images = [PROXY_IMAGE, HELPER] + sorted({cat.site(s).services[svc].flavors["mini"].image
-                                              for s in SITES for svc in cat.site(s).services_for("mini")})
+                                              for s in {*SITES, *turnaround.SITES} for svc in cat.site(s).services_for("mini")})
     t = time.monotonic()
     refs = [lab.push(img) for img in images]
     RESULTS["push_s"] = time.monotonic() - t
@@ -255,14 +259,16 @@ def figure_reset(swarm: Cli, local: Cli, lab: SwarmLab, n: int) -> None:
 class Server:
     """``envctl serve --instances N`` as a process (its output in a log file)."""
 
-    def __init__(self, cli: Cli, pool: str, size: int, base_offset: int, port: int) -> None:
+    def __init__(self, cli: Cli, pool: str, size: int, base_offset: int, port: int, sites: tuple[str, ...] = ("homepage",),
+                 spares: str = "0") -> None:
         self.cli, self.pool, self.size = cli, pool, size
         self.url = f"http://127.0.0.1:{port}"
         self.log = cli.state / f"serve-{pool}.log"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "envctl", "serve", "--instance", pool, "--instances", str(size), "--flavor",
-                 "mini", "--sites", "homepage", "--spares", "0", "--base-offset", str(base_offset), "--port", str(port)],
+                 "mini", "--sites", ",".join(sites), *(["--spares", spares] if spares != "plan" else []),
+                 "--base-offset", str(base_offset), "--port", str(port)],
                 stdout=out, stderr=out, env=cli.env, cwd=cli.state, start_new_session=True)
 
     def listing(self) -> dict[str, Any]:
@@ -422,6 +428,52 @@ def figure_node_loss(srv: Server, lab: SwarmLab) -> None:
 
 
 # -- main -----------------------------------------------------------------------------------------------------------
+# -- 5. a whole WebArena instance in a pool: release -> next lease, BrowserGym's full_reset -------------------------
+def whole_rounds(srv: Server, n: int) -> dict[str, list[float]]:
+    """n episodes on a pool of one whole instance: each reads every site and posts on reddit (turnaround.episode),
+    then is released and the next lease asked for at once (timed until granted); then BrowserGym's full_reset()
+    through the lease's WA_FULL_RESET (``/reset``, answered when done, then ``/status``), as a lease's first call
+    right after the previous release and once more right after."""
+    got: dict[str, list[float]] = {"turn": [], "full_reset_first": [], "full_reset_again": []}
+    lease, _ = srv.acquire("bench-whole", wait=600)
+    for _ in range(n):
+        turnaround.episode(lease)
+        srv.release(lease)
+        lease, took = srv.acquire("bench-whole", wait=600)
+        got["turn"].append(took)
+    for key in ("full_reset_first", "full_reset_again"):
+        t = time.monotonic()
+        base = lease["env"]["WA_FULL_RESET"]
+        requests.get(f"{base}/reset", timeout=900).raise_for_status()
+        assert requests.get(f"{base}/status", timeout=60).text.strip().startswith("Ready"), "full_reset not ready"
+        got[key].append(time.monotonic() - t)
+        turnaround.episode(lease)  # the next one is after an episode too
+    srv.release(lease)
+    return got
+
+
+def figure_whole_instance(swarm_cli: Cli, local_cli: Cli, n: int) -> None:
+    sites = tuple(turnaround.SITES)
+    servers = [Server(swarm_cli, "sbw", 1, OFFSET + 200, free_port(54980), sites, "plan"),
+               Server(local_cli, "sblw", 1, OFFSET + 800, free_port(54985), sites, "plan")]
+    try:
+        for s in servers:
+            s.wait_free(timeout=900)
+        got = {"swarm": whole_rounds(servers[0], n), "local": whole_rounds(servers[1], n)}
+    finally:
+        for s in servers:
+            s.stop(down=True)
+    RESULTS["whole"] = got
+    table(f"5. a whole WebArena mini instance ({len(sites)} sites) in a pool of one, {n} episodes (every site read, a "
+          "reddit post): release -> next lease; BrowserGym full_reset() through the lease (first call after a release, "
+          "and again right after)",
+          ("backend", "release->lease p50 s", "p95 s", "full_reset first s", "full_reset again s"),
+          [[label, f"{statistics.median(g['turn']):.2f}", f"{pct(g['turn'], 95):.2f}",
+            f"{g['full_reset_first'][0]:.2f}", f"{g['full_reset_again'][0]:.2f}"] for label, g in got.items()])
+    r = statistics.median(got["swarm"]["turn"]) / statistics.median(got["local"]["turn"])
+    print(f"\nswarm/local: whole-instance release -> next lease p50 {r:.2f}x (goal: within 1.5x)")
+
+
 def run(args: argparse.Namespace, lab: SwarmLab, state: Path) -> None:
     workers = [h for h in lab.node_ips if h != "node1"]
     prepare(lab, workers)
@@ -444,6 +496,8 @@ def run(args: argparse.Namespace, lab: SwarmLab, state: Path) -> None:
     finally:
         for s in servers:
             s.stop(down=s.cli is local)
+    if args.whole:
+        figure_whole_instance(swarm, local, args.whole)
 
 
 def cleanup_local(local_names: list[str], state: Path) -> None:
@@ -465,15 +519,17 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, choices=(2, 3), help="swarm workers besides the manager")
     ap.add_argument("--resets", type=int, default=10, help="spare resets per backend")
     ap.add_argument("--leases", type=int, default=8, help="lease rounds per pool")
+    ap.add_argument("--whole", type=int, default=4, help="episodes on a whole-instance pool per backend (0: skip)")
     ap.add_argument("--json", action="store_true", help="also print every measurement as JSON at the end")
     args = ap.parse_args()
     t0 = time.monotonic()
     load0 = os.getloadavg()
-    p = subprocess.run([sys.executable, "-m", "envctl", "images", "build", "--flavor", "mini", *SITES],
+    p = subprocess.run([sys.executable, "-m", "envctl", "images", "build", "--flavor", "mini",
+                        *(SITES if not args.whole else turnaround.SITES)],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if p.returncode != 0:
         raise SystemExit(f"envctl images build failed: {p.stderr.strip()[-800:]}")
-    local_names = [f"sbl{n}-{k}" for n in (1, 2, 4) for k in range(1, n + 1)] + ["sb-local", "sblp-1"]
+    local_names = [f"sbl{n}-{k}" for n in (1, 2, 4) for k in range(1, n + 1)] + ["sb-local", "sblp-1", "sblw-1"]
     with tempfile.TemporaryDirectory(prefix="envctl-bench-swarm-") as tmp:
         try:
             with SwarmLab(nodes=1 + args.workers, verbose=False, **LAB) as lab:

@@ -23,6 +23,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from envctl.errors import UsageError
 
+# The reset tiers' words, as the CLI offers them before anything heavier is imported ('envctl reset --tier', its
+# --help). The catalog's ``Tier`` literal and the tier registry (envctl.state.tiers.TIERS) name the same words, in
+# this order: tests/test_architecture.py checks the three agree.
+TIER_WORDS = ("spare", "inplace", "endpoint", "recreate", "none")
+
 NAME_MAX = 40
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")

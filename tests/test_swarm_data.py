@@ -38,6 +38,7 @@ import rehearse  # noqa: E402  (the rehearsal's replicas of the upstream artifac
 from fetch_server import FaultServer  # noqa: E402
 from envctl.catalog import load_catalog  # noqa: E402
 from envctl.images.build import NODEDATA_IMAGE, PROXY_IMAGE, build_for_sites, build_nodedata  # noqa: E402
+from envctl.images.data import items as data_items  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow, pytest.mark.timeout(1800)]
 SITES = ["wikipedia", "map", "classifieds"]
@@ -74,6 +75,11 @@ class DataLab:
     def on_node(self, node: str, *argv: str) -> subprocess.CompletedProcess[str]:
         """A command in a throwaway container on ``node`` with its filesystem at /host (read-only)."""
         return self.lab.docker("run", "--rm", "-v", "/:/host:ro", "debian:bookworm-slim", *argv, node=node, check=False)
+
+    def key(self, name: str) -> str:
+        """The node label key that says a node holds data file ``name`` (of this lab's data directory)."""
+        return next(i.key for s in SITES for i in data_items(load_catalog(self.work / "sites.yaml"), [s], "full",
+                                                             str(self.data), "x") if i.name == name)
 
     def fetches(self, name: str) -> int:
         return sum(1 for path, _ in self.server.log if path.endswith("/" + name))
@@ -141,7 +147,7 @@ def test_up_places_every_sites_data_on_its_node_from_the_mirror_and_the_sites_se
     held = dl.on_node(node, "cat", f"/host{zim}.sha256")
     assert held.returncode == 0 and held.stdout.strip() == pins[ZIM]["sha256"], held.stderr
     labels = dl.node_labels(node)
-    assert labels.get(f"envctl.data.{ZIM}") == pins[ZIM]["sha256"][:16], labels
+    assert labels.get(f"envctl.data.{dl.key(ZIM)}") == pins[ZIM]["sha256"][:16], labels
     osrm = dl.on_node(node, "ls", f"/host{root}/map/osrm/car")
     assert "us-northeast-latest.osrm" in osrm.stdout, osrm.stdout + osrm.stderr  # unpacked where the routers mount it
     assert dl.fetches(ZIM) >= 1 and not (dl.data / "wikipedia" / ZIM).exists()  # the node fetched it itself
@@ -177,14 +183,14 @@ def test_a_node_that_reaches_no_mirror_gets_this_machines_verified_copy(dl: Data
         here = dl.data / "wikipedia" / ZIM  # what 'images get' on this machine would have put here
         here.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(dl.server.paths[ZIM], here)
-        held = [n for n in ("node2", "node3") if dl.node_labels(n).get(f"envctl.data.{ZIM}")]
+        held = [n for n in ("node2", "node3") if dl.node_labels(n).get(f"envctl.data.{dl.key(ZIM)}")]
         fresh = next(n for n in ("node2", "node3") if n not in held)
         try:
             p = dl.envctl("up", "wikipedia", "--flavor", "full", "-i", "swd3", "--no-login", "--spares", "0",
                           ENVCTL_CATALOG=str(cat), ENVCTL_SWARM_CONSTRAINT=f"node.hostname=={fresh}")
             assert p.returncode == 0, p.stderr[-3000:]
             assert "sending this machine's copy" in p.stdout + p.stderr
-            assert dl.node_labels(fresh).get(f"envctl.data.{ZIM}"), dl.node_labels(fresh)
+            assert dl.node_labels(fresh).get(f"envctl.data.{dl.key(ZIM)}"), dl.node_labels(fresh)
             assert requests.get(f"http://{dl.lab.node_ips[fresh]}:8888{LANDING}", timeout=20).status_code == 200
         finally:
             dl.envctl("down", "-i", "swd3", "--volumes", ENVCTL_CATALOG=str(cat))

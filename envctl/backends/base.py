@@ -21,6 +21,7 @@ no host ports; the front proxy routes to the active one. Everything about a copy
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -189,8 +190,10 @@ class DataItem:
 
     @property
     def key(self) -> str:
-        """How a node says it holds this file (a node label ``envctl.data.<key>``)."""
-        return "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name)
+        """How a node says it holds this file (a node label ``envctl.data.<key>``): its name and where it is (one
+        node may hold the same file under two data directories, one each user's)."""
+        where = hashlib.sha256(self.dest.encode()).hexdigest()[:8]
+        return "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name) + "." + where
 
 
 @dataclass

@@ -190,22 +190,6 @@ def _sites(ctx: Ctx, names: tuple[str, ...]) -> list[str] | None:
     return ctx.catalog.resolve(list(names)) if names else None
 
 
-class LazyChoice(click.Choice):
-    """A choice whose values come from the library when first needed (not at import: '--help' stays light)."""
-
-    def __init__(self, load: Callable[[], Any]) -> None:
-        self._load = load
-        super().__init__([])
-
-    @property  # type: ignore[override]
-    def choices(self) -> list[str]:
-        return list(self._load())
-
-    @choices.setter
-    def choices(self, _value: Any) -> None:
-        pass
-
-
 def _exit_unless(ok: bool) -> None:
     if not ok:
         sys.exit(1)

@@ -6,15 +6,15 @@ import click
 from dataclasses import asdict
 
 from envctl.cli.core import (Ctx, _exit_unless, auth_dir_option, cli, instance_option, json_option, pass_ctx, sites_argument)
-from envctl.cli.core import LazyChoice
 from envctl.errors import EnvctlError
+from envctl.validate import TIER_WORDS
 
 
 # -- state: reset, verify, snapshots, reset server ------------------------------------------------
 @cli.command()
 @sites_argument
 @click.option("--all", "all_sites", is_flag=True, help="every site that is up")
-@click.option("--tier", type=LazyChoice(lambda: __import__("envctl.lab", fromlist=["TIERS"]).TIERS), default=None,
+@click.option("--tier", type=click.Choice(TIER_WORDS), default=None,
               help="start at this tier instead of the catalog's (the tiers envctl has)")
 @click.option("--no-wait", is_flag=True, help="refuse instead of waiting when the site is being reset already")
 @instance_option
