@@ -94,8 +94,7 @@ def episodes(args: argparse.Namespace) -> int:
                                                                   for s in sites), file=sys.stderr, flush=True)
         # Baseline in the same run: a recreate (what a reset costs when no spare is ready).
         for site in sites:
-            with lab.running().routing._routing() as st:
-                st.ready.wanted.setdefault(site, {})["golden"] = 0
+            lab.running().routing.want_ready(site, "golden", 0)
             for _ in range(args.recreate_n):
                 recreate[site].append(lab.reset([site], tier="recreate", refill=False)[0].seconds)
             # The spare-less tier (a host with no memory for spares), where the site declares one.
@@ -232,8 +231,7 @@ def main() -> int:
             lat: list[float] = []
             boots: list[float] = []
             if tier == "spare":
-                with lab.running().routing._routing() as st:
-                    st.ready.wanted.setdefault(site, {})["golden"] = 1
+                lab.running().routing.want_ready(site, "golden", 1)
                 lab.replenish(site, 1)
                 for _ in range(args.n):
                     boots.append(wait_spare(lab, site))
@@ -248,8 +246,7 @@ def main() -> int:
             thr = {}
             if tier == "spare":
                 for k in (1, 2):
-                    with lab.running().routing._routing() as st:
-                        st.ready.wanted.setdefault(site, {})["golden"] = k
+                    lab.running().routing.want_ready(site, "golden", k)
                     lab.replenish(site, k)
                     done, t0 = 0, time.monotonic()
                     while time.monotonic() - t0 < args.window:
@@ -258,8 +255,7 @@ def main() -> int:
                         assert r.ok, r
                         done += 1
                     thr[k] = done / (time.monotonic() - t0) * 60
-                with lab.running().routing._routing() as st:
-                    st.ready.wanted.setdefault(site, {})["golden"] = 1
+                lab.running().routing.want_ready(site, "golden", 1)
             rec = statistics.median(recreate)
             rows.append((site, tier, statistics.median(lat), pct(lat, 95), rec, rec / statistics.median(lat),
                          rec / pct(lat, 95),

@@ -16,6 +16,25 @@ def _check(name: str, status: str, detail: str, fix: str | None = None) -> dict[
     return {"check": name, "status": status, "detail": detail, "fix": fix}
 
 
+def _engine(probe: Any, checks: list[dict[str, Any]]) -> dict[str, object] | None:
+    """The engine's facts, its checks appended (engine, storage driver); None when it does not answer. A few
+    seconds at most, not the engine's timeout: doctor answers on a stalled engine."""
+    try:
+        stalled = probe.engine_problem()
+        if stalled:
+            raise EngineUnavailable(stalled, "see 'docker info'; restart the engine (scripts/docker-engine.sh) if it "
+                                             "stays unanswering")
+        info = probe.check_engine()
+    except EnvctlError as exc:
+        checks.append(_check("docker engine", "fail", exc.message, exc.hint))
+        return None
+    checks.append(_check("docker engine", "ok", f"server {info['server_version']}, {info['ncpu']} CPUs"))
+    drv = str(info["storage_driver"])
+    checks.append(_check("storage driver", "ok" if drv in ("overlay2", "overlayfs") else "warn", drv,
+                         None if drv in ("overlay2", "overlayfs") else "use overlay2 for fast container starts and commits"))
+    return info
+
+
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
@@ -28,25 +47,14 @@ def run_doctor(catalog: Catalog, sites: list[str] | None, *, flavor: str = "full
     from envctl.instance import Instance
 
     names = [n for n in catalog.resolve(sites) if flavor in catalog.site(n).flavors]
-    checks = []
+    checks: list[dict[str, Any]] = []
     root = "/var/lib/docker"
     engine_ok = False
     probe = Instance(catalog, InstanceSettings("doctor", flavor, bind=bind, port_offset=port_offset,
                                                backend=Instance.backend_kind()))
-    try:
-        stalled = probe.engine_problem()  # a few seconds, not the engine's timeout: doctor answers on a stalled engine
-        if stalled:
-            raise EngineUnavailable(stalled, "see 'docker info'; restart the engine (scripts/docker-engine.sh) if it "
-                                             "stays unanswering")
-        info = Instance.check_engine()
-        engine_ok = True
-        root = str(info["docker_root_dir"])
-        checks.append(_check("docker engine", "ok", f"server {info['server_version']}, {info['ncpu']} CPUs"))
-        drv = str(info["storage_driver"])
-        checks.append(_check("storage driver", "ok" if drv in ("overlay2", "overlayfs") else "warn", drv,
-                             None if drv in ("overlay2", "overlayfs") else "use overlay2 for fast container starts and commits"))
-    except EnvctlError as exc:
-        checks.append(_check("docker engine", "fail", exc.message, exc.hint))
+    info = _engine(probe, checks)
+    engine_ok = info is not None
+    root = str(info["docker_root_dir"]) if info else root
 
     need_disk = 0
     missing_images: list[str] = []

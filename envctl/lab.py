@@ -31,7 +31,7 @@ from envctl.errors import (DockerError, EnvctlError, NoSuchInstance, PortInUse, 
 from envctl.healthchecks.probes import ProbeResult
 from envctl.healthchecks.wait import gather, wait_for
 from envctl.images.build import PROXY_IMAGE, build as build_image, proxy_build
-from envctl.instance import Instance, Progress, _noop, find_settings, measure
+from envctl.instance import Instance, Progress, noop, find_settings, measure
 from envctl.locks import locked
 from envctl.paths import data_dir, executable_file, usable_dir
 from envctl.routing.table import GOLDEN, snapshot_source
@@ -183,7 +183,7 @@ class Lab:
     def up(self, sites: list[str] | None = None, *, all_sites: bool = False, flavor: str | None = None,
            public_host: str | None = None, bind: str | None = None, port_offset: int | None = None,
            wait: bool = True, login: bool = False, spares: int | None = None,
-           progress: Progress = _noop) -> UpResult:
+           progress: Progress = noop) -> UpResult:
         """Bring sites to a healthy, configured, reachable state; check and repair what already runs."""
         start = time.monotonic()
         if sites and all_sites:
@@ -327,7 +327,7 @@ class Lab:
         return [n for n in self.catalog.resolve(sites, all_sites=all_sites or not sites) if n in up]
 
     def reset(self, sites: list[str] | None = None, *, all_sites: bool = False, tier: str | None = None,
-              wait: bool = True, progress: Progress = _noop, refill: bool = True) -> list[ResetResult]:
+              wait: bool = True, progress: Progress = noop, refill: bool = True) -> list[ResetResult]:
         """Reset sites to their pristine state (fastest tier first), each ending verified."""
         if sites:
             self.catalog.resolve(sites)  # a typo is a usage error before anything else
@@ -353,7 +353,7 @@ class Lab:
                 r.note = note or r.note
         return results
 
-    def refill(self, sites: list[str], progress: Progress = _noop) -> list[str]:
+    def refill(self, sites: list[str], progress: Progress = noop) -> list[str]:
         """Remove dirty copies and boot the ready copies ``sites`` keep, retrying what a crowded host makes late
         (what the detached worker runs); the sites that got nothing."""
         return ready.refill_retrying(self.running(), self.logins, sites, progress)
@@ -361,7 +361,7 @@ class Lab:
     def verify(self, site: str) -> VerifyResult:
         return tiers.verify(self.running(), site)
 
-    def replenish(self, site: str, want: int | None = None, progress: Progress = _noop, *,
+    def replenish(self, site: str, want: int | None = None, progress: Progress = noop, *,
                   wait: bool = True) -> list[str]:
         """Boot spares of ``site`` until ``want`` (default: the instance's setting) are ready; returns the
         slots booted. A worker already at it is waited for (``wait=False``: return at once)."""
@@ -371,7 +371,7 @@ class Lab:
             inst.routing.want_ready(site, GOLDEN, want)
         return ready.refill(inst, self.logins, site, progress, wait=wait, sources=[GOLDEN])
 
-    def snapshot_create(self, site: str, name: str = "golden", progress: Progress = _noop, *, warm: bool = False,
+    def snapshot_create(self, site: str, name: str = "golden", progress: Progress = noop, *, warm: bool = False,
                         clean_stop: bool = False) -> SnapshotResult:
         """Commit the active copy (volumes included) as golden or as a named snapshot.
 
@@ -390,7 +390,7 @@ class Lab:
         return SnapshotResult(site, name, tags, fp.digest, round(time.monotonic() - t, 3),
                               {k: round(v, 3) for k, v in timings.items()}, method, attempts, slots, note=note)
 
-    def snapshot_restore(self, site: str, name: str, progress: Progress = _noop, *,
+    def snapshot_restore(self, site: str, name: str, progress: Progress = noop, *,
                          background: bool = True) -> SnapshotResult:
         """Make SITE's state the named snapshot's: swap in its warm copy when one is ready, else restore it inside
         the routed copy when that copy holds it (in-place steps), else boot one from the images; verified by probes

@@ -389,9 +389,12 @@ class EnvVar:
 # Every variable envctl's own code reads (os.environ / getenv and click's envvar=); the mini images'
 # variables are the images' business and not listed. ``tests/test_hostile_catalog.py`` greps the
 # package and fails when a read variable is missing here.
+BACKENDS = ("local", "swarm")  # what ENVCTL_BACKEND accepts: envctl.backends.KINDS (tests/test_architecture.py)
+
+
 def _env_backend(value: str, what: str) -> str:
-    if value not in ("local", "swarm"):
-        raise UsageError(f"{what} {value[:40]!r} is not a backend", "set it to local or swarm (or unset it)")
+    if value not in BACKENDS:
+        raise UsageError(f"{what} {value[:40]!r} is not a backend", f"set it to {' or '.join(BACKENDS)} (or unset it)")
     return value
 
 

@@ -36,7 +36,7 @@ LABEL = "envctl"
 Progress = Callable[[str, str, str], None]  # (site, phase, detail)
 
 
-def _noop(*_: str) -> None:
+def noop(*_: str) -> None:
     pass
 
 
@@ -273,7 +273,7 @@ class Copies(ABC):
     """A backend's copies: booted from images with labels and limits, listed by label, removed; steps inside them."""
 
     @abstractmethod
-    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
+    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = noop,
              cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
         """Start every member of ``spec`` (in order) and wait until each accepts commands (its ``ready``);
         on failure remove what was made: nothing half-made is left."""
@@ -359,7 +359,7 @@ class Images(ABC):
     @abstractmethod
     def remove(self, ref: str) -> None: ...
 
-    def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
+    def distribute(self, refs: list[str], progress: Progress = noop) -> None:
         """Make images reachable wherever a copy may boot (a no-op on one engine)."""
 
     @abstractmethod
@@ -378,7 +378,7 @@ class Images(ABC):
     moves_data: bool = False  # whether place() carries data to where copies boot (a swarm), not only checks it
 
     @abstractmethod
-    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = noop, *,
               helper: str = "") -> dict[str, tuple[str, int]]:
         """Make ``items`` be where the instance's copies boot before one starts: fetched there and verified by their
         pins (a swarm node, with the node-data ``helper`` image), or checked where they are (this machine:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from envctl.backends.base import (Backend, Capture, Copies, Copy, CopySpec, DataItem, FrontProxy, ImageInfo, Images,
-                                  InstanceSettings, Member, MemberMemory, Placement, Progress, ProxyInfo, ProxySpec, _noop,
+                                  InstanceSettings, Member, MemberMemory, Placement, Progress, ProxyInfo, ProxySpec, noop,
                                   await_accepting, network_name, proxy_name)
 from envctl.backends.docker import ENGINE, Capture as EngineCapture, ContainerSeen, Engine, RunSpec
 from envctl.errors import EnvctlError, ImageMissing
@@ -44,7 +44,7 @@ class LocalCopies(Copies):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
+    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = noop,
              cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
         copy = Copy(spec.site, spec.slot)
         timings = timings if timings is not None else {}
@@ -161,7 +161,7 @@ class LocalImages(Images):
         assert isinstance(capture, LocalCapture)
         self.engine.discard_capture(capture.raw)
 
-    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = noop, *,
               helper: str = "") -> dict[str, tuple[str, int]]:
         """Check that ``items`` are in this machine's data directory ('envctl images get' puts them there)."""
         missing = [i for i in items if not _held_here(i)]

@@ -50,7 +50,7 @@ ENDED = ("complete", "failed", "shutdown", "rejected", "orphaned", "remove")
 _MEM = re.compile(r"^([0-9]+)([kmg])$")
 
 
-def _bytes(text: str | None) -> int:
+def size_bytes(text: str | None) -> int:
     m = _MEM.match(text or "")
     return int(m.group(1)) * {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)] if m else 0
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from envctl.backends.base import (Capture, Copies, Copy, CopySpec, DataItem, ImageInfo, Images, InstanceSettings, Member,
-                                  Progress, ServiceSpec, _noop, await_accepting, network_name)
+                                  Progress, ServiceSpec, noop, await_accepting, network_name)
 from envctl.backends.docker import Capture as EngineCapture, Engine
-from envctl.backends.swarm import HELPER, RESTART, Swarm, _bytes
+from envctl.backends.swarm import HELPER, RESTART, Swarm, size_bytes
 from envctl.backends.swarm_data import SwarmData
 from envctl.errors import DockerError, EnvctlError
 
@@ -54,7 +54,7 @@ class SwarmCopies(Copies):
             path, _, opts = t.partition(":")
             size = re.search(r"size=([0-9]+[kmg]?)", opts)
             raw = size.group(1) if size else ""
-            args += ["--mount", f"type=tmpfs,target={path}" + (f",tmpfs-size={_bytes(raw) or raw}" if raw else "")]
+            args += ["--mount", f"type=tmpfs,target={path}" + (f",tmpfs-size={size_bytes(raw) or raw}" if raw else "")]
         for alias, ip in hosts.items():
             args += ["--host", f"{alias}:{ip}"]
         if svc.memory:
@@ -77,7 +77,7 @@ class SwarmCopies(Copies):
         if proc.returncode != 0:
             raise DockerError(f"could not make {', '.join(paths)} on the node: {proc.stderr.strip()[-200:]}")
 
-    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = _noop,
+    def boot(self, spec: CopySpec, settings: InstanceSettings, *, progress: Progress = noop,
              cancel: threading.Event | None = None, timings: dict[str, float] | None = None) -> Copy:
         copy = Copy(spec.site, spec.slot)
         timings = timings if timings is not None else {}
@@ -191,7 +191,7 @@ class SwarmImages(Images):
         self.swarm = swarm
         self.data = data
 
-    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = noop, *,
               helper: str = "") -> dict[str, tuple[str, int]]:
         return self.data.place(settings, items, progress, helper=helper)
 
@@ -222,7 +222,7 @@ class SwarmImages(Images):
     def remove(self, ref: str) -> None:
         self.swarm.registry.delete(self.swarm.ref(ref)[len(self.swarm.registry_address) + 1:])
 
-    def distribute(self, refs: list[str], progress: Progress = _noop) -> None:
+    def distribute(self, refs: list[str], progress: Progress = noop) -> None:
         """Push to the registry every image of ``refs`` it lacks (and the helper image the nodes use), from the
         manager's engine (where 'images build' and 'images get' put them when DOCKER_HOST names the manager)."""
         for ref in [*refs, HELPER]:

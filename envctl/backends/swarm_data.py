@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from envctl.backends.base import DataItem, InstanceSettings, Progress, _noop
+from envctl.backends.base import DataItem, InstanceSettings, Progress, noop
 from envctl.backends.docker import Engine
 from envctl.backends.swarm import HELPER, Node, Swarm
 from envctl.errors import DockerError, FetchError, UsageError
@@ -78,7 +78,7 @@ class SwarmData:
         return f"{node.hostname} has {_gib(free)} free at {missing[0].data_root} for {what}'s data ({_gib(need)})"
 
     # -- getting it there -----------------------------------------------------------------------------------
-    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = _noop, *,
+    def place(self, settings: InstanceSettings, items: Sequence[DataItem], progress: Progress = noop, *,
               helper: str = "") -> dict[str, tuple[str, int]]:
         """Make the instance's node hold ``items`` (and the instance's volumes their unpacked contents) before a
         copy boots; one line naming the item, the node and every mirror's failure when it cannot."""

@@ -151,14 +151,14 @@ class _RateWatch:
             )
 
 
-def _session() -> requests.Session:
+def session_for() -> requests.Session:
     s = requests.Session()
     s.headers["User-Agent"] = "envctl-fetch/1"
     s.headers["Accept-Encoding"] = "identity"  # byte offsets must be offsets in the file
     return s
 
 
-def _open(session: requests.Session, url: str, start: int, end: int | None, t: Timeouts, mirror: str
+def open_range(session: requests.Session, url: str, start: int, end: int | None, t: Timeouts, mirror: str
           ) -> requests.Response:
     headers = {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
     try:
@@ -176,7 +176,7 @@ def _open(session: requests.Session, url: str, start: int, end: int | None, t: T
     return resp
 
 
-def _total_and_ranges(resp: requests.Response) -> tuple[int | None, bool]:
+def total_and_ranges(resp: requests.Response) -> tuple[int | None, bool]:
     """(total size, whether Range is honoured) from a response to a ``Range: bytes=0-`` request."""
     if resp.status_code == 206:
         m = re.match(r"bytes \d+-\d+/(\d+)", resp.headers.get("Content-Range", ""))
@@ -399,11 +399,11 @@ def _download(url: str, dest: Path, *, mirror: str, expected_size: int | None, e
               session: requests.Session | None, check_total: TotalCheck | None) -> Downloaded:
     """:func:`download`, but a full disk surfaces as the OSError (carrying ``envctl_total``)."""
     began = time.monotonic()
-    session = session or _session()
+    session = session or session_for()
     dest.parent.mkdir(parents=True, exist_ok=True)
     part, state = partial_path(dest), state_path(dest)
-    first = _open(session, url, 0, None, timeouts, mirror)
-    total, ranges = _total_and_ranges(first)
+    first = open_range(session, url, 0, None, timeouts, mirror)
+    total, ranges = total_and_ranges(first)
     if check_total is not None:
         try:
             check_total(total)
@@ -523,7 +523,7 @@ def _fetch_segments(session: requests.Session, url: str, part: Path, state: Path
                         opener.clear()
                         body = _prepend(head, body)
                     else:
-                        resp = _open(session, url, seg.pos, seg.end, t, mirror)
+                        resp = open_range(session, url, seg.pos, seg.end, t, mirror)
                         if resp.status_code != 206:
                             resp.close()
                             raise FetchError(f"mirror {mirror} stopped honouring Range ({url})", "retry, or try another mirror")
@@ -624,10 +624,10 @@ class Stream:
                  timeouts: Timeouts = Timeouts(), session: requests.Session | None = None,
                  check_total: TotalCheck | None = None) -> None:
         self.url, self.mirror, self.t = url, mirror, timeouts
-        self.session = session or _session()
+        self.session = session or session_for()
         self.done = 0
-        self._resp = _open(self.session, url, 0, None, timeouts, mirror)
-        self.total, self.ranges = _total_and_ranges(self._resp)
+        self._resp = open_range(self.session, url, 0, None, timeouts, mirror)
+        self.total, self.ranges = total_and_ranges(self._resp)
         if check_total is not None:
             try:
                 check_total(self.total)
@@ -666,7 +666,7 @@ class Stream:
                         why = "it does not support Range" if not self.ranges else f"gave up after {self.t.retries} resumes"
                         raise FetchError(f"{exc.message} after {self.done} of {self.total or '?'} bytes; {why}",
                                          "try another mirror (--mirror NAME)") from exc
-                    resp = _open(self.session, self.url, self.done, None, self.t, self.mirror)
+                    resp = open_range(self.session, self.url, self.done, None, self.t, self.mirror)
                     if resp.status_code != 206:
                         resp.close()
                         raise FetchError(f"mirror {self.mirror} stopped honouring Range ({self.url})",

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
 from envctl.errors import ChecksumMismatch, DockerError, EnvctlError, FetchError, UsageError
 from envctl.images import disk, fetch, registry
 from envctl.images import extract as ex
-from envctl.images.load import LoadResult, _inspect_id, file_chunks, load_stream, save_stream
+from envctl.images.load import LoadResult, inspect_id, file_chunks, load_stream, save_stream
 from envctl.images.lock import LockFile, Pin, downloads_dir
 from envctl.paths import confined, data_dir as site_data_dir, disk_full, is_disk_full
 from envctl.validate import env_value
@@ -202,7 +202,7 @@ def _archive_path(art: ArtifactLike, opts: Options) -> Path:
 def is_present(art: ArtifactLike, opts: Options) -> bool:
     """The image exists, or the data file exists with the pinned exact size (any size when unpinned)."""
     if art.kind == "image":
-        return _inspect_id(art.image or art.name) is not None
+        return inspect_id(art.image or art.name) is not None
     path = _data_path(art, opts)
     if not path.is_file():
         return False
@@ -536,7 +536,7 @@ def _from_source(site: str | None, art: ArtifactLike, src: SourceLike, keep_arch
 
     # The slow-mirror check only skips a mirror when there is another one to go to.
     t = opts.timeouts if not last else fetch.Timeouts(**{**asdict(opts.timeouts), "min_rate": 0.0})
-    session = fetch._session()
+    session = fetch.session_for()
     url = src.url
     if src.kind == "gdrive":
         url = fetch.gdrive_direct_url(session, url, t, src.mirror)
@@ -618,7 +618,7 @@ def _verify_one(site: str | None, art: ArtifactLike, opts: Options, emit: EventF
     assert lock is not None
     pin = lock.get(art.name)
     if art.kind == "image":
-        image_id = _inspect_id(art.image or art.name)
+        image_id = inspect_id(art.image or art.name)
         if image_id is None:
             return VerifyResult(site, art.name, False, f"image {art.image} is not present; run 'envctl images get'")
         if pin and pin.image_id and pin.image_id != image_id:
@@ -669,15 +669,15 @@ def _server_length(art: ArtifactLike, opts: Options) -> tuple[int | None, str]:
     for src in art.sources:
         if src.kind == "registry":
             continue
-        session = fetch._session()
+        session = fetch.session_for()
         try:
             url = fetch.gdrive_direct_url(session, src.url, t, src.mirror) if src.kind == "gdrive" else fetch.s3_https_url(src.url)
-            resp = fetch._open(session, url, 0, 1, t, src.mirror)
+            resp = fetch.open_range(session, url, 0, 1, t, src.mirror)
         except FetchError as exc:
             why.append(exc.message)
             continue
         with resp:
-            total, _ = fetch._total_and_ranges(resp)
+            total, _ = fetch.total_and_ranges(resp)
             if "text/html" in resp.headers.get("Content-Type", ""):
                 why.append(f"mirror {src.mirror} answered with an HTML page")
                 continue

@@ -39,7 +39,7 @@ def file_chunks(path: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
             yield data
 
 
-def _inspect_id(ref: str) -> str | None:
+def inspect_id(ref: str) -> str | None:
     return dk.image_id_or_none(ref)
 
 
@@ -108,7 +108,7 @@ def load_stream(chunks: Iterable[bytes], *, tag: str | None = None, expected_sha
         if not refs:
             raise DockerError(f"docker load of the archive from {source} reported no image: {text[-200:]!r}",
                               "the archive holds no image")
-        ids = {i for i in (_inspect_id(r) for r in refs) if i}
+        ids = {i for i in (inspect_id(r) for r in refs) if i}
         if len(ids) != 1:
             _remove(refs)
             raise DockerError(f"the archive from {source} holds {len(ids)} images ({', '.join(refs)}); expected one",

@@ -117,7 +117,7 @@ def fetch_item(item: Item) -> dict[str, Any]:
     for i, src in enumerate(item.sources):
         last = i == len(item.sources) - 1
         t = fetch.Timeouts(min_rate=0.0 if last else 64 * 1024.0)
-        session = fetch._session()
+        session = fetch.session_for()
         url = src["url"]
         try:
             if src.get("kind") == "gdrive":

@@ -28,7 +28,7 @@ from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, NoSuchInstance
 from envctl.instance.checks import VERIFY_SLOTS, Checks
 from envctl.instance.copies import InstanceCopies
-from envctl.instance.core import Core, Progress, _noop
+from envctl.instance.core import Core, Progress, noop
 from envctl.instance.front import Front
 from envctl.instance.routing import Routing
 from envctl.locks import locked
@@ -208,4 +208,4 @@ def measure(backend: Backend | None = None) -> EngineMemory:
                          for n, t in tables.items() if t is not None}, used, source)
 
 
-__all__ = ["Instance", "Progress", "find_settings", "measure", "ready_role", "ROLES", "VERIFY_SLOTS", "_noop"]
+__all__ = ["Instance", "Progress", "find_settings", "measure", "ready_role", "ROLES", "VERIFY_SLOTS", "noop"]

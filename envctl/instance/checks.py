@@ -10,7 +10,7 @@ from envctl.errors import DockerError, NotReady
 from envctl.healthchecks.fingerprint import Fingerprint, hashed, mismatch
 from envctl.healthchecks.probes import ProbeResult, run_probe
 from envctl.healthchecks.wait import attempts
-from envctl.instance.core import Core, Progress, _noop
+from envctl.instance.core import Core, Progress, noop
 from envctl.instance.front import Front
 from envctl.locks import one_of
 from envctl.secrets import mask_text
@@ -54,7 +54,7 @@ class Checks:
                                                                   **self.front.backend_header(copy, svc)}))
         return all(r.ok for r in results), results
 
-    def wait_healthy(self, copy: Copy, progress: Progress = _noop, *, public: bool = False) -> list[ProbeResult]:
+    def wait_healthy(self, copy: Copy, progress: Progress = noop, *, public: bool = False) -> list[ProbeResult]:
         """Wait until ``copy`` passes its probes (through the proxy header; ``public``: on the public URL, as
         routed), failing fast when one of its members stops."""
         spec = self.core.catalog.site(copy.site)

@@ -16,7 +16,7 @@ from envctl.errors import DockerError
 from envctl.images import data as site_data
 from envctl.images.build import NODEDATA_IMAGE, build_nodedata
 from envctl.instance.checks import Checks
-from envctl.instance.core import Core, Progress, _noop
+from envctl.instance.core import Core, Progress, noop
 from envctl.instance.front import Front
 from envctl.instance.routing import Routing
 
@@ -52,7 +52,7 @@ class InstanceCopies:
         """What copies of ``sites`` mount from the data directory (their flavor's data artifacts, with their pins)."""
         return site_data.items(self.core.catalog, sites, self.core.flavor, self.core.settings.data_dir, self.core.name)
 
-    def prepare_data(self, sites: list[str], progress: Progress = _noop) -> None:
+    def prepare_data(self, sites: list[str], progress: Progress = noop) -> None:
         """Before anything is made for ``sites``: where data is only checked (this machine), ImageMissing naming
         what 'envctl images get' must fetch; where it travels to the copies (a swarm), the node-data helper image
         built on the engine 'envctl images' uses and made reachable to every node."""
@@ -97,7 +97,7 @@ class InstanceCopies:
                         self.data_of([site]))
 
     def boot(self, site: str, *, role: str, images: dict[str, str] | None = None, golden: str = "",
-             progress: Progress = _noop, timings: dict[str, float] | None = None) -> Copy:
+             progress: Progress = noop, timings: dict[str, float] | None = None) -> Copy:
         """Boot a copy (from ``images`` when given, e.g. a golden) and configure it unless it booted from a golden
         image; not routed, not yet healthy. Nothing is left behind on failure."""
         spec = self.spec(site, role=role, images=images, golden=golden)
@@ -121,7 +121,7 @@ class InstanceCopies:
 
     @contextmanager
     def booting(self, site: str, *, role: str, images: dict[str, str] | None = None, golden: str = "",
-                progress: Progress = _noop) -> Iterator[Copy]:
+                progress: Progress = noop) -> Iterator[Copy]:
         """A healthy new copy (booted, configured unless from a golden, passing its probes through the proxy
         header) for the block; removed when the block raises: the one boot-wait-or-remove of envctl."""
         copy = self.boot(site, role=role, images=images, golden=golden, progress=progress)
@@ -132,12 +132,12 @@ class InstanceCopies:
             self.remove(copy)
             raise
 
-    def configure(self, copy: Copy, *, progress: Progress = _noop) -> int:
+    def configure(self, copy: Copy, *, progress: Progress = noop) -> int:
         """Run the site's post-start steps in order (idempotent); returns how many ran."""
         return len(self.run_steps(copy, self.core.catalog.site(copy.site).steps(self.core.flavor), "configure",
                                   progress=progress))
 
-    def run_steps(self, copy: Copy, steps: Sequence[Step], what: str, *, progress: Progress = _noop,
+    def run_steps(self, copy: Copy, steps: Sequence[Step], what: str, *, progress: Progress = noop,
                   state: str = "pristine") -> list[str]:
         """Run catalog steps (configure, in-place save/restore of saved ``state``) in ``copy``, in order; what each
         printed (masked)."""
@@ -162,7 +162,7 @@ class InstanceCopies:
             raise DockerError(f"{copy.site}: copy {copy.slot} has no service '{service}'")
         return self.part.exec(m, argv)
 
-    def save_inplace(self, copy: Copy, progress: Progress = _noop, *, state: str = "pristine") -> bool:
+    def save_inplace(self, copy: Copy, progress: Progress = noop, *, state: str = "pristine") -> bool:
         """Save ``copy``'s state inside it as ``state`` (``reset.inplace.save``: 'pristine' is what the in-place tier
         restores); False when the site declares no in-place tier."""
         inplace = self.core.catalog.site(copy.site).reset.inplace

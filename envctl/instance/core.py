@@ -6,14 +6,10 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from envctl.backends.base import Backend, InstanceSettings, network_name
+from envctl.backends.base import Backend, InstanceSettings, Progress, network_name, noop
 from envctl.catalog import Catalog
 
-Progress = Callable[[str, str, str], None]  # (site, phase, detail)
 
-
-def _noop(*_: str) -> None:
-    pass
 
 
 class Core:
@@ -39,4 +35,4 @@ class Core:
         return network_name(self.name)
 
 
-__all__ = ["Core", "Progress", "_noop"]
+__all__ = ["Core", "Progress", "noop"]

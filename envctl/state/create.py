@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from envctl.backends.base import Copy
 from envctl.errors import ResetFailed, SiteNotUp
 from envctl.healthchecks.fingerprint import Fingerprint
-from envctl.instance import Instance, Progress, _noop
+from envctl.instance import Instance, Progress, noop
 from envctl.locks import locked
 from envctl.routing.table import snapshot_source
 from envctl.state import logins as login_state
@@ -28,7 +28,7 @@ class Made:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progress = _noop, *, warm: bool = False,
+def create(inst: Instance, logins: Logins, site: str, name: str, progress: Progress = noop, *, warm: bool = False,
            clean_stop: bool = False) -> Made:
     """Commit ``site``'s active copy (volumes included) as golden or as snapshot ``name``; with ``warm``, keep a
     verified copy of it booted so that a restore is a route swap."""

@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from envctl.backends.base import Copy
+from envctl.backends.base import Copy, Progress, noop
 from envctl.errors import DockerError, EnvctlError, LoginFailed, NoBrowser, NotReady, ResetFailed
 from envctl.healthchecks.fingerprint import Fingerprint, mismatch
 from envctl.instance import Instance, ready_role
@@ -31,16 +31,12 @@ from envctl.state import capacity, snapshots, workers
 from envctl.state import logins as login_state
 from envctl.state.logins import Logins
 
-Progress = Callable[[str, str, str], None]
 WORKER = b"_ready"  # argv marker of the detached refill worker
 BOOT_SLOTS = max(2, 2 * (os.cpu_count() or 1))  # ready copies booting at once on this machine, every instance's
 # A worker's pass that fails (a proxy or engine too busy to answer in time on a crowded host) is tried again
 # after these pauses: the next episode needs the copy. The next pass removes what the failed one left half-booted.
 RETRY_PAUSES = (5.0, 15.0, 30.0, 60.0, 60.0, 60.0, 60.0, 60.0)
 
-
-def _noop(*_: str) -> None:
-    pass
 
 
 @contextmanager
@@ -61,7 +57,7 @@ def expected(inst: Instance, site: str, source: str) -> tuple[dict[str, str] | N
     return tags, source, snapshots.labelled_fingerprint(inst, tags)
 
 
-def boot_pristine(inst: Instance, site: str, *, role: str, progress: Progress = _noop) -> Copy:
+def boot_pristine(inst: Instance, site: str, *, role: str, progress: Progress = noop) -> Copy:
     """A new, healthy copy of ``site`` verified pristine, not routed. Makes the golden image if missing."""
     imgs, key, fp_expected = expected(inst, site, GOLDEN)
     with inst.copies.booting(site, role=role, images=imgs, golden=key, progress=progress) as copy:
@@ -80,7 +76,7 @@ def boot_pristine(inst: Instance, site: str, *, role: str, progress: Progress = 
         return copy
 
 
-def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress: Progress = _noop) -> Copy | None:
+def boot_ready(inst: Instance, logins: Logins, site: str, source: str, progress: Progress = noop) -> Copy | None:
     """Boot one ready copy of ``source``: healthy, its fingerprint checked, logged in (files staged for its
     swap), checked again (the login wrote its sessions), listed ready. None when ``source`` stopped wanting
     copies meanwhile. The caller holds the site's ready lock."""
@@ -162,7 +158,7 @@ def cleanup(inst: Instance, logins: Logins, site: str, *, holding: bool = False)
     return [c.slot for c in removed]
 
 
-def refill(inst: Instance, logins: Logins, site: str, progress: Progress = _noop, *, wait: bool = False,
+def refill(inst: Instance, logins: Logins, site: str, progress: Progress = noop, *, wait: bool = False,
            sources: list[str] | None = None) -> list[str]:
     """Remove dirty copies and boot ready copies until every source of ``site`` (or ``sources``) has what it
     wants. Holds the site's ready lock: when another process holds it (a worker at it) this returns at once,
@@ -193,7 +189,7 @@ def refill(inst: Instance, logins: Logins, site: str, progress: Progress = _noop
         ctx.__exit__(None, None, None)
 
 
-def refill_retrying(inst: Instance, logins: Logins, sites: list[str], progress: Progress = _noop) -> list[str]:
+def refill_retrying(inst: Instance, logins: Logins, sites: list[str], progress: Progress = noop) -> list[str]:
     """:func:`refill` each site, retrying a failed pass after :data:`RETRY_PAUSES` (what a crowded host makes
     late: the engine, the proxy, a probe, a login); the sites that got nothing in the end. What the worker runs."""
     failed = []

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from envctl.backends.base import Copy
+from envctl.backends.base import Copy, Progress, noop
 from envctl.errors import ResetFailed
 from envctl.healthchecks.fingerprint import Fingerprint
 from envctl.instance import Instance, ready_role
@@ -26,11 +26,7 @@ from envctl.state import ready, snapshots
 from envctl.state.logins import Logins
 from envctl.state.tiers import verified
 
-Progress = Callable[[str, str, str], None]
 
-
-def _noop(*_: str) -> None:
-    pass
 
 
 @dataclass
@@ -43,7 +39,7 @@ class Restored:
     how: str = ""  # warm (a warm copy routed) | in place (restored inside the running copy) | cold (a copy booted)
 
 
-def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Progress = _noop, *,
+def restore(inst: Instance, logins: Logins, site: str, name: str, progress: Progress = noop, *,
             background: bool = True) -> Restored:
     """Make ``site``'s state snapshot ``name``'s (see the module's docstring). ``background``: the next warm copy
     is booted by a detached worker (else before returning)."""

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 
 import requests
 
-from envctl.backends.base import Copy
+from envctl.backends.base import Copy, Progress, noop
 from envctl.catalog import Site
 from envctl.errors import EnvctlError, ResetFailed, SiteNotUp, UsageError
 from envctl.healthchecks.fingerprint import Fingerprint, diff, mismatch
@@ -35,11 +35,7 @@ from envctl.state.logins import Logins
 # fingerprinted again when it is routed (its databases do not change on their own, but a copy left alone
 # for long is worth one more look), and so is one the proxy passed a request to since.
 FRESH_SECONDS = 600.0
-Progress = Callable[[str, str, str], None]
 
-
-def _noop(*_: str) -> None:
-    pass
 
 
 @dataclass
@@ -320,7 +316,7 @@ def chain(site: Site, first: str | None = None, *, cpu_short: bool = False) -> l
 
 
 def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = None, wait: bool = True,
-               progress: Progress = _noop, refill: bool = True, defer_login: bool = False) -> ResetResult:
+               progress: Progress = noop, refill: bool = True, defer_login: bool = False) -> ResetResult:
     """Reset ``site`` through its tiers until one verifies. ``refill``: a detached worker removes the dirty copy
     and boots the ready copies the site keeps (else the dirty copy is removed before returning).
     ``defer_login``: the caller renews the login files (a multi-site reset does it once, after every site has

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from envctl.backends.base import Copy, InstanceSettings
+from envctl.backends.base import Copy, InstanceSettings, Progress
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, ImageMissing
 from envctl.healthchecks.fingerprint import Fingerprint
@@ -21,7 +21,6 @@ from envctl.locks import Busy, locked
 from envctl.routing.table import GOLDEN
 from envctl.state import capacity, ready, snapshots
 
-Progress = Callable[[str, str, str], None]
 
 
 @dataclass
