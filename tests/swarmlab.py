@@ -33,6 +33,14 @@ The default lab (``name=""``) keeps the names above; its cleanup skips what belo
 one more ``-`` after the prefix, or another ``envctl.test`` value). A name is lower-case letters and digits.
 Give every lab its own ``subnet`` and ``registry_port``: two labs on one subnet are refused (overlap check).
 
+Machines for Ansible: ``SwarmLab(ssh_key=PUBKEY, form_swarm=False)`` starts the nodes from ``SSH_NODE_IMAGE``
+(sshd for root with that key, Python) and forms no swarm (``envctl cloud up`` does). Such a node boots like a
+sysvinit Debian machine under tini: its engine is Debian's ``/etc/init.d/docker`` (start-stop-daemon, flags in
+``/etc/default/docker``), so ``service docker restart`` restarts it, and it trusts registries through
+``/etc/docker/daemon.json`` only (``daemon_json={"node2": {...}}``: its content at the first boot; none by
+default). ``no_engine=["node3"]`` starts that node from ``BARE_SSH_NODE_IMAGE``: Debian with sshd and Python, no
+Docker, for a play to install docker.io on (from the network).
+
 Run ``python tests/swarmlab.py [--name NAME --subnet CIDR --registry-port PORT]`` for a demo with timings.
 Stdlib + python_on_whales only.
 """
@@ -55,7 +63,8 @@ PREFIX = "envctl-swarmtest-"
 LABEL_KEY, LABEL_VALUE = "envctl.test", "swarmlab"
 LABEL = f"{LABEL_KEY}={LABEL_VALUE}"
 NODE_IMAGE = "envctl-swarmtest/node:1"
-SSH_NODE_IMAGE = "envctl-swarmtest/ssh-node:1"  # the node image with sshd and Python: a machine Ansible configures
+SSH_NODE_IMAGE = "envctl-swarmtest/ssh-node:2"  # the node image with sshd and Python: a machine Ansible configures
+BARE_SSH_NODE_IMAGE = "envctl-swarmtest/ssh-bare:1"  # sshd and Python, no Docker: a machine Ansible installs it on
 REGISTRY_IMAGE = "envctl-swarmtest/registry:1"
 NETWORK = PREFIX + "net"
 REGISTRY_PORTS = 200  # the push port is the first free one of registry_port .. registry_port + 199
@@ -205,31 +214,75 @@ def build_node_image(force: bool = False) -> str:
 
 
 _SSH_NODE_ENTRYPOINT = r"""#!/bin/sh
-# A machine for 'envctl cloud up --inventory': sshd (root, the key in AUTHORIZED_KEY) beside the node's dockerd.
+# A machine for 'envctl cloud up --inventory' (PID 1 is tini: it reaps what the init scripts leave behind).
+# sshd (root, the key in AUTHORIZED_KEY), and the services enabled for runlevel 2 started the Debian way, as a
+# sysvinit machine boots: 'service docker start' runs Debian's /etc/init.d/docker (start-stop-daemon), which reads
+# /etc/default/docker. So 'service docker restart' (what Ansible's service module runs on a machine without
+# systemd) restarts the engine, and a machine without docker.io gets one from 'apt-get install docker.io'.
+# DAEMON_JSON: the engine's /etc/docker/daemon.json at the first boot (none when empty).
 set -eu
 mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh
 printf '%s\n' "${AUTHORIZED_KEY:?set AUTHORIZED_KEY}" > /root/.ssh/authorized_keys
 chmod 600 /root/.ssh/authorized_keys
 ssh-keygen -A >/dev/null
+# A killed container keeps its rootfs: drop the pid files and sockets of the previous boot.
+find /run /var/run -name '*.pid' \( -path '*docker*' -o -path '*containerd*' \) -delete 2>/dev/null || :
+rm -f /var/run/docker.sock
+# The engine's flags (the node image's, see swarmtest-dockerd; no --insecure-registry: a registry is trusted through
+# daemon.json, and dockerd refuses one setting given both ways). Inner containers' cgroups nest under this one's.
+own=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+case "$own" in ""|/) parent="" ;; *) parent="--cgroup-parent $own/inner" ;; esac
+cat > /etc/default/docker <<EOF
+# Written by tests/swarmlab.py at every boot of this node (sourced by /etc/init.d/docker).
+DOCKER_OPTS="--storage-driver overlay2 -H unix:///var/run/docker.sock -H tcp://0.0.0.0:2375 --tls=false $parent"
+# A container may not raise its limits (no CAP_SYS_RESOURCE): the init script's 'ulimit -n 1048576' keeps them.
+ulimit() { command ulimit "\$@" 2>/dev/null || :; }
+EOF
+if [ -n "${DAEMON_JSON:-}" ] && [ ! -e /etc/docker/daemon.json ]; then
+  mkdir -p /etc/docker && printf '%s\n' "$DAEMON_JSON" > /etc/docker/daemon.json
+fi
 /usr/sbin/sshd -e
-exec /usr/local/bin/swarmtest-dockerd "$@"
+for svc in docker docker-registry; do
+  if ls /etc/rc2.d/S??"$svc" >/dev/null 2>&1; then service "$svc" start || echo "$svc did not start" >&2; fi
+done
+exec sleep infinity
 """
 
-_SSH_NODE_DOCKERFILE = f"""FROM {NODE_IMAGE}
-RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server python3 python3-apt \\
+# What makes a container a machine Ansible configures: sshd, Python (python3-apt: the apt module), tini as PID 1.
+# /etc/fstab names the cgroup tree (bind-mounted from the host by NODE_RUN_FLAGS): Debian's docker and
+# cgroupfs-mount init scripts then leave /sys/fs/cgroup alone (they would mount the host's missing hierarchies).
+_SSH_NODE_LAYER = """RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      openssh-server python3 python3-apt tini iproute2 procps ca-certificates \\
  && rm -rf /var/lib/apt/lists/* \\
- && printf 'PasswordAuthentication no\\nPermitRootLogin prohibit-password\\nUseDNS no\\n' > /etc/ssh/sshd_config.d/envctl-test.conf
+ && printf 'PasswordAuthentication no\\nPermitRootLogin prohibit-password\\nUseDNS no\\n' \\
+      > /etc/ssh/sshd_config.d/envctl-test.conf \\
+ && echo '/sys/fs/cgroup /sys/fs/cgroup none bind 0 0' >> /etc/fstab
 COPY ssh-entrypoint.sh /usr/local/bin/swarmtest-ssh-node
 RUN chmod 0755 /usr/local/bin/swarmtest-ssh-node
-ENTRYPOINT ["/usr/local/bin/swarmtest-ssh-node"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/swarmtest-ssh-node"]
 """
+
+_SSH_NODE_DOCKERFILE = f"FROM {NODE_IMAGE}\n" + _SSH_NODE_LAYER
+# No Docker engine: what 'envctl cloud up' installs docker.io on (LABEL: the lab's cleanup finds its containers).
+# A minimal server's apt, without recommends: docker.io's own 12 packages, not 81 (git, perl, systemd, ...: a minute
+# more of dpkg on this shared machine).
+_BARE_SSH_NODE_DOCKERFILE = ("FROM debian:bookworm-slim\nLABEL envctl.test=swarmlab\n"
+                             "EXPOSE 22 2375 2377 7946 4789/udp\n"
+                             "RUN echo 'APT::Install-Recommends \"false\";' > /etc/apt/apt.conf.d/90no-recommends\n"
+                             + _SSH_NODE_LAYER)
 
 
 def build_ssh_node_image(force: bool = False) -> str:
-    """Build ``envctl-swarmtest/ssh-node:1`` (the node image plus sshd and Python, for Ansible) unless present."""
+    """Build ``envctl-swarmtest/ssh-node:2`` (the node image plus sshd and Python, for Ansible) unless present."""
     build_node_image()
     return _build(SSH_NODE_IMAGE, {"Dockerfile": _SSH_NODE_DOCKERFILE, "ssh-entrypoint.sh": _SSH_NODE_ENTRYPOINT}, force)
+
+
+def build_bare_ssh_node_image(force: bool = False) -> str:
+    """Build ``envctl-swarmtest/ssh-bare:1`` (Debian, sshd and Python: a machine without Docker) unless present."""
+    return _build(BARE_SSH_NODE_IMAGE, {"Dockerfile": _BARE_SSH_NODE_DOCKERFILE,
+                                        "ssh-entrypoint.sh": _SSH_NODE_ENTRYPOINT}, force)
 
 
 def build_registry_image(force: bool = False) -> str:
@@ -293,9 +346,14 @@ class SwarmLab:
 
     def __init__(self, nodes: int = 3, managers: int = 1, subnet: str = DEFAULT_SUBNET,
                  registry_port: int = 15000, boot_timeout: float = 120, verbose: bool = True,
-                 ssh_key: str | None = None, form_swarm: bool = True, name: str = "") -> None:
+                 ssh_key: str | None = None, form_swarm: bool = True, name: str = "",
+                 no_engine: Sequence[str] = (), daemon_json: dict[str, dict[str, Any]] | None = None) -> None:
         if not 1 <= managers <= nodes:
             raise ValueError("need 1 <= managers <= nodes")
+        if (no_engine or daemon_json) and not ssh_key:
+            raise ValueError("no_engine and daemon_json are for machines Ansible configures: give ssh_key")
+        if no_engine and form_swarm:
+            raise ValueError("a node without an engine joins no swarm: give form_swarm=False with no_engine")
         self.name = name
         self.prefix = lab_prefix(name)  # "envctl-swarmtest-" (default) or "envctl-swarmtest-<name>-"
         self.label = lab_label(name)  # "envctl.test=swarmlab" (default) or "envctl.test=swarmlab-<name>"
@@ -316,6 +374,15 @@ class SwarmLab:
         self.verbose = verbose
         self.ssh_key = ssh_key  # a public key: the nodes run sshd (root) and are machines for Ansible
         self.form_swarm = form_swarm  # False: engines only (what 'envctl cloud up' joins into a swarm)
+        # SSH nodes only: machines without Docker (BARE_SSH_NODE_IMAGE: the play installs docker.io), and the
+        # /etc/docker/daemon.json a node's engine starts with (none by default: an SSH node trusts no registry).
+        self.no_engine = set(no_engine)
+        self.daemon_json = dict(daemon_json or {})
+        wrong = sorted(((self.no_engine | set(self.daemon_json)) - set(self.node_ips))
+                       | (self.no_engine & set(self.daemon_json)))
+        if wrong:
+            raise ValueError(f"no_engine/daemon_json name {wrong}: give nodes of this lab (node1..node{nodes}), "
+                             "and no daemon.json for a node without an engine")
         self.timings: dict[str, float] = {}
 
     # ---- naming ---------------------------------------------------------------------------------------
@@ -390,6 +457,8 @@ class SwarmLab:
         build_node_image()
         if self.ssh_key:
             build_ssh_node_image()
+        if self.no_engine:
+            build_bare_ssh_node_image()
         build_registry_image()
         self.timings["images"] = time.monotonic() - t
         for other in _subnets_in_use(self.network):
@@ -404,15 +473,22 @@ class SwarmLab:
             "--network", self.network, "--ip", self.registry_ip, "-p", f"{self.registry_push}:5000",
             "-v", "/var/lib/docker-registry", REGISTRY_IMAGE])
         for hostname, ip in self.node_ips.items():
-            ssh = ["-e", f"AUTHORIZED_KEY={self.ssh_key}"] if self.ssh_key else []
+            if not self.ssh_key:
+                env, image = ["-e", f"INSECURE_REGISTRIES={self.registry}"], NODE_IMAGE
+            else:  # an SSH node trusts registries through its daemon.json only (see _SSH_NODE_ENTRYPOINT)
+                env = ["-e", f"AUTHORIZED_KEY={self.ssh_key}"]
+                if hostname in self.daemon_json:
+                    env += ["-e", f"DAEMON_JSON={json.dumps(self.daemon_json[hostname])}"]
+                image = BARE_SSH_NODE_IMAGE if hostname in self.no_engine else SSH_NODE_IMAGE
             sh(["run", "-d", "--name", self.container_name(hostname), "--hostname", hostname,
                 "--label", self.label, "--label", f"envctl.swarmtest.node={hostname}",
-                "--network", self.network, "--ip", ip,
-                "-e", f"INSECURE_REGISTRIES={self.registry}", *ssh,
-                *NODE_RUN_FLAGS, SSH_NODE_IMAGE if self.ssh_key else NODE_IMAGE])
+                "--network", self.network, "--ip", ip, *env, *NODE_RUN_FLAGS, image])
         wait_until(lambda: http_get(f"http://{self.registry_push}/v2/") is not None, 60, "the registry")
         for hostname in self.node_ips:
-            self.wait_engine(hostname)
+            if self.ssh_key:
+                self.wait_ssh(hostname)
+            if hostname not in self.no_engine:
+                self.wait_engine(hostname)
         self.timings["engines_up"] = time.monotonic() - t
 
         if not self.form_swarm:
@@ -453,6 +529,15 @@ class SwarmLab:
         except OSError:
             return False
 
+    def wait_ssh(self, hostname: str, timeout: float | None = None) -> float:
+        """Wait until the SSH node's sshd accepts connections (port 22)."""
+        def open_() -> bool:
+            with socket.create_connection((self.node_ips[hostname], 22), timeout=2):
+                return True
+        t = time.monotonic()
+        wait_until(open_, timeout or self.boot_timeout, f"sshd of {hostname}", interval=0.3)
+        return time.monotonic() - t
+
     def wait_engine(self, hostname: str, timeout: float | None = None) -> float:
         t = time.monotonic()
         wait_until(lambda: self.ping(hostname), timeout or self.boot_timeout, f"engine of {hostname}",
@@ -482,7 +567,7 @@ class SwarmLab:
         """Start a killed/stopped node container again; returns seconds until its engine answers."""
         t = time.monotonic()
         sh(["start", self.container_name(hostname)], timeout=60)
-        if wait:
+        if wait and hostname not in self.no_engine:
             self.wait_engine(hostname)
         return time.monotonic() - t
 

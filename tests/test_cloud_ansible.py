@@ -1,11 +1,20 @@
-"""`envctl cloud up` on machines over SSH, for real: Ansible (ansible-runner, ``playbooks/swarm.yml``) joins four
-machines into one Docker Swarm and envctl then runs on that swarm through what ``envctl cloud env`` prints.
+"""`envctl cloud up` on machines over SSH, for real: Ansible (ansible-runner, ``playbooks/swarm.yml``) is given six
+machines, joins the three it should into one Docker Swarm, and envctl then runs on that swarm through what
+``envctl cloud env`` prints.
 
 The machines are tests/swarmlab.py's nodes with sshd (``SwarmLab(ssh_key=..., form_swarm=False)``): Docker engines
 in containers on a test network, which Ansible reaches at their own addresses (the one exception to "127.0.0.1
-only"). node4 is already in a swarm of its own (a machine a colleague uses): the lab must refuse it with the fix, not
-take it over. A fifth inventory host is unreachable. The lab's registry is the test registry the nodes trust already
-(``registry_trusted``: these engines cannot be restarted for a daemon.json, they are their container's process).
+only"). Their engines run the Debian way (Debian's /etc/init.d/docker under tini), so the play's
+``service docker restart`` restarts them. Every branch of the play runs:
+
+- node1 (the manager): an engine without /etc/docker/daemon.json; the play writes one trusting the lab's registry,
+  restarts the engine, and runs the registry on it (Debian's docker-registry, its config written by the play, deletes
+  on: envctl pushes images there and 'envctl snapshot rm' deletes a manifest through it).
+- node2: an engine whose daemon.json has another setting and another registry: the play merges (both kept).
+- node3: a machine without Docker: the play installs Debian's docker.io (from the network), starts it, joins it.
+- node4: already in a swarm of its own (a machine a colleague uses): refused with the fix, its engine not touched.
+- node5: its daemon.json is not JSON: refused with the file and the fix, nothing changed.
+- a sixth inventory host is unreachable.
 
 Instance: swc (homepage, offset 0 on whichever node placement picks). Lane b, after test_swarm (same SwarmLab names).
 """
@@ -15,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,6 +32,7 @@ import pytest
 import requests
 
 from conftest import free_port
+from envctl.backends.registry import Registry
 from envctl.catalog import load_catalog
 from envctl.cloud.ansible import InventoryHost, PlayEvent
 from envctl.images.build import PROXY_IMAGE, build_for_sites
@@ -29,6 +40,7 @@ from swarmlab import SwarmLab
 
 pytestmark = [pytest.mark.ansible, pytest.mark.docker, pytest.mark.slow, pytest.mark.mini]
 LAB = "sw-lab"
+OTHER_SETTINGS = {"log-level": "warn", "insecure-registries": ["10.9.9.9:5000"]}  # node2's daemon.json before the play
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +48,14 @@ def machines(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> I
     keydir = tmp_path_factory.mktemp("ssh")
     key = keydir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    lab = SwarmLab(nodes=4, ssh_key=key.with_suffix(".pub").read_text().strip(), form_swarm=False, verbose=False)
+    lab = SwarmLab(nodes=5, ssh_key=key.with_suffix(".pub").read_text().strip(), form_swarm=False, verbose=False,
+                   no_engine=["node3"], daemon_json={"node2": OTHER_SETTINGS})
     lab.up()
     try:
         # node4 belongs to a swarm of its own
         lab.docker("swarm", "init", "--advertise-addr", lab.node_ips["node4"], node="node4")
+        # node5's daemon.json was broken after its engine started (the engine would not start again with it)
+        _on(lab, "node5", "sh", "-c", "echo '{\"log-level\": ' > /etc/docker/daemon.json")
         yield lab, key
     finally:
         lab.down()
@@ -56,6 +71,23 @@ def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           env={**os.environ, **(env or {})})
 
 
+def _on(lab: SwarmLab, node: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """A command on the machine itself (its container), not through its engine."""
+    return subprocess.run(["docker", "exec", lab.container_name(node), *command], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _settings(lab: SwarmLab, node: str) -> Any:
+    got = _on(lab, node, "cat", "/etc/docker/daemon.json")
+    return json.loads(got.stdout) if got.returncode == 0 else None
+
+
+def _insecure(lab: SwarmLab, node: str) -> set[str]:
+    """The registries the node's running engine trusts over plain HTTP."""
+    index = json.loads(lab.docker("info", "--format", "{{json .RegistryConfig.IndexConfigs}}", node=node).stdout)
+    return {name for name, cfg in index.items() if not cfg.get("Secure", True)}
+
+
 def _swarm_nodes(lab: SwarmLab, node: str = "node1") -> dict[str, dict[str, Any]]:
     ids = lab.docker("node", "ls", "-q", node=node).stdout.split()
     raw = json.loads(lab.docker("node", "inspect", *ids, node=node).stdout)
@@ -68,29 +100,55 @@ def test_cloud_up_joins_machines_into_one_swarm_refuses_a_foreign_one_and_envctl
 
     lab, key = machines
     foreign_cluster = json.loads(lab.docker("info", "--format", "{{json .Swarm}}", node="node4").stdout)["Cluster"]["ID"]
+    assert _on(lab, "node3", "sh", "-c", "command -v docker dockerd").returncode != 0  # no Docker there yet
+    assert _settings(lab, "node1") is None and _settings(lab, "node2") == OTHER_SETTINGS
     ghost = InventoryHost(name="ghost", address="127.0.0.1", port=free_port(), user="root", key_file=str(key))
     events: list[PlayEvent] = []
-    m, first = cloud.up_machines(LAB, [*_hosts(lab, key, ["node1", "node2", "node3", "node4"]), ghost],
-                                 registry=lab.registry, registry_trusted=True, playbook_progress=events.append)
-    print(f"\n4 machines + 1 unreachable joined: play {first.seconds:.1f}s")
+    m, first = cloud.up_machines(LAB, [*_hosts(lab, key, ["node1", "node2", "node3", "node4", "node5"]), ghost],
+                                 playbook_progress=events.append)
+    print(f"\n5 machines (one without Docker) + 1 unreachable joined: play {first.seconds:.1f}s")
 
-    # the unreachable machine and the one of another swarm are named, with why; the play went on for the others
+    # the unreachable machine, the one of another swarm and the one whose daemon.json is not JSON are named, with
+    # why and the fix (one line each); the play went on for the others
     failures = {f.host: f for f in first.failures}
-    assert sorted(failures) == ["ghost", "node4"], [f.line() for f in first.failures]
+    assert sorted(failures) == ["ghost", "node4", "node5"], [f.line() for f in first.failures]
+    assert all(len(f.line().splitlines()) == 1 for f in first.failures)
     assert failures["ghost"].unreachable and "unreachable" in {e.kind for e in events}
     assert "another swarm" in failures["node4"].output and "docker swarm leave --force" in failures["node4"].output
-    assert "start the swarm" in first.changed["node1"]
-    assert all("join the swarm" in first.changed.get(n, []) for n in ("node2", "node3")), first.changed
+    assert failures["node5"].task == "refuse settings that are not JSON"
+    assert "/etc/docker/daemon.json" in failures["node5"].output and "json.tool" in failures["node5"].output
+    trusted = ["trust the lab's registry (plain HTTP on the lab's own network)",
+               "restart the Docker engine for the registry setting"]
+    assert first.changed["node1"][:3] == [*trusted, "start the swarm"], first.changed
+    assert {"install the lab's registry (Debian's docker-registry)",
+            "configure the lab's registry (deletes on, no auth, the lab's port)",
+            "restart the lab's registry for its configuration"} <= set(first.changed["node1"]), first.changed
+    assert first.changed["node2"][:3] == [*trusted, "join the swarm"], first.changed
+    assert first.changed["node3"][:5] == ["install the Docker engine", "start the Docker engine", *trusted,
+                                          "join the swarm"], first.changed
+    assert "node4" not in first.changed and "node5" not in first.changed  # refused before anything was changed
 
     # one swarm: node1 manages, node2 and node3 work, each labelled with how envctl reaches its engine and the lab
     nodes = _swarm_nodes(lab)
-    assert sorted(nodes) == ["node1", "node2", "node3"]
+    assert sorted(nodes) == ["node1", "node2", "node3"]  # not node4 (another swarm's), nor node5 (refused)
     for name, n in nodes.items():
         assert n["Status"]["State"] == "ready" and n["Spec"]["Role"] == ("manager" if name == "node1" else "worker")
         assert n["Spec"]["Labels"] == {"envctl.engine": lab.node_hosts[name], "envctl.lab": LAB}
-    # node4 was left alone: still the manager of its own swarm
+    assert _on(lab, "node3", "dpkg-query", "--show", "--showformat", "${Status}", "docker.io").stdout == \
+        "install ok installed"
+    # node4 was left alone: still the manager of its own swarm, no daemon.json written
     own = json.loads(lab.docker("info", "--format", "{{json .Swarm}}", node="node4").stdout)
     assert own["Cluster"]["ID"] == foreign_cluster and own["ControlAvailable"] is True
+    assert _settings(lab, "node4") is None
+    assert _on(lab, "node5", "cat", "/etc/docker/daemon.json").stdout == '{"log-level": \n'  # left for its owner to fix
+
+    # the lab's registry runs on the manager and every engine trusts it: daemon.json merged, never overwritten
+    registry = f"{lab.node_ips['node1']}:5000"
+    assert Registry(registry).alive()
+    assert _settings(lab, "node1") == _settings(lab, "node3") == {"insecure-registries": [registry]}
+    assert _settings(lab, "node2") == {"log-level": "warn", "insecure-registries": ["10.9.9.9:5000", registry]}
+    assert {registry, "10.9.9.9:5000"} <= _insecure(lab, "node2")
+    assert registry in _insecure(lab, "node1") and registry in _insecure(lab, "node3")
 
     # the join token never left the manager: not in the manifest, not in any progress event
     token = lab.docker("swarm", "join-token", "-q", "worker", node="node1").stdout.strip()
@@ -99,12 +157,11 @@ def test_cloud_up_joins_machines_into_one_swarm_refuses_a_foreign_one_and_envctl
     assert not any(token in repr(e) for e in events) and not any(token in f.output for f in first.failures)
     assert manifest.stat().st_mode & 0o777 == 0o600 and manifest.parent.stat().st_mode & 0o777 == 0o700
     saved = json.loads(manifest.read_text())
-    assert saved["manager"] == "node1" and saved["registry"] == lab.registry
-    assert [x["name"] for x in saved["machines"]] == ["node1", "node2", "node3", "node4", "ghost"]
+    assert saved["manager"] == "node1" and saved["registry"] == registry
+    assert [x["name"] for x in saved["machines"]] == ["node1", "node2", "node3", "node4", "node5", "ghost"]
 
     # a second run on the lab's machines changes nothing
-    _, second = cloud.up_machines(LAB, _hosts(lab, key, ["node1", "node2", "node3"]), registry=lab.registry,
-                                  registry_trusted=True)
+    _, second = cloud.up_machines(LAB, _hosts(lab, key, ["node1", "node2", "node3"]))
     assert second.failures == [] and second.changed == {}, (second.changed, [f.line() for f in second.failures])
     print(f"second run (no changes): play {second.seconds:.1f}s")
 
@@ -120,22 +177,44 @@ def test_cloud_up_joins_machines_into_one_swarm_refuses_a_foreign_one_and_envctl
     got = _cli("cloud", "env", "--lab", LAB, "--json")
     assert got.returncode == 0, got.stderr
     env = json.loads(got.stdout)
-    assert env == {"ENVCTL_BACKEND": "swarm", "DOCKER_HOST": lab.node_hosts["node1"], "ENVCTL_SWARM_REGISTRY": lab.registry}
+    assert env == {"ENVCTL_BACKEND": "swarm", "DOCKER_HOST": lab.node_hosts["node1"], "ENVCTL_SWARM_REGISTRY": registry}
     shell = _cli("cloud", "env", "--lab", LAB).stdout
     assert f"export DOCKER_HOST={lab.node_hosts['node1']}" in shell.splitlines()
+    # the images on the manager's engine (what 'envctl images build' leaves there); 'up' pushes them to the registry
     build_for_sites(load_catalog(), ["homepage"], "mini")
-    for img in (PROXY_IMAGE, "debian:bookworm-slim", "envctl-mini/homepage:1"):
-        lab.push(img)
+    images = [PROXY_IMAGE, "debian:bookworm-slim", "envctl-mini/homepage:1"]
+    t = time.monotonic()
+    save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
+    load = subprocess.run(["docker", "-H", lab.node_hosts["node1"], "load", "-q"], stdin=save.stdout,
+                          capture_output=True, text=True, timeout=600)
+    assert save.wait(timeout=60) == 0 and load.returncode == 0, load.stderr
+    print(f"images loaded on the manager's engine: {time.monotonic() - t:.1f}s")
+    reg = Registry(registry)
+    assert reg.manifest("envctl-mini/homepage:1") is None
     run_env = {**env, "ENVCTL_STATE_DIR": str(tmp_path / "state"), "ENVCTL_ENGINE_TIMEOUT": "60"}
     try:
+        t = time.monotonic()
         up = _cli("up", "homepage", "--flavor", "mini", "-i", "swc", "--no-login", "--json", env=run_env)
         assert up.returncode == 0, up.stderr[-3000:]
+        print(f"envctl up (images pushed to the lab's registry, pulled by the node): {time.monotonic() - t:.1f}s")
+        assert reg.manifest("envctl-mini/homepage:1") is not None  # pushed there by envctl, pulled by the node
         urls = _cli("env", "-i", "swc", "--json", env=run_env)
         assert urls.returncode == 0, urls.stderr
         home = json.loads(urls.stdout)["HOMEPAGE"]
         host = home.split("//", 1)[1].split(":", 1)[0]
         assert host in {lab.node_ips[n] for n in ("node1", "node2", "node3")}, home
         assert requests.get(home, timeout=30).status_code == 200
+        # a snapshot is committed on its node and pushed to the registry; 'snapshot rm' deletes it through its API
+        t = time.monotonic()
+        snap = _cli("snapshot", "create", "homepage", "s1", "-i", "swc", "--json", env=run_env)
+        assert snap.returncode == 0, snap.stderr[-3000:]
+        tags = {f"{repo}:{tag}" for repo in reg.repositories() if repo.startswith("envctl-snap/homepage-")
+                for tag in reg.tags(repo) if tag == "swc-s1"}
+        assert tags, reg.repositories()
+        rm = _cli("snapshot", "rm", "s1", "-i", "swc", "--json", env=run_env)
+        assert rm.returncode == 0, rm.stderr[-3000:]
+        assert all(reg.manifest(ref) is None for ref in tags), tags
+        print(f"snapshot create + rm through the lab's registry: {time.monotonic() - t:.1f}s")
     finally:
         down = _cli("down", "-i", "swc", "--volumes", env=run_env)
         assert down.returncode == 0, down.stderr[-2000:]
