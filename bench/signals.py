@@ -3,7 +3,7 @@
 database's own log position, read inside the copy) against its fingerprint (the catalog's queries over every table
 agents write, hashed), on one mini instance of every site, in the same run.
 
-    python bench/signals.py [--n 10] [--instance bsig] [--port-offset 47700] [--keep]
+    python bench/signals.py [--n 10] [--instance bsig] [--port-offset 48500] [--keep]
 
 Prints, per site, p50/p95 of one signal read and of one fingerprint, their ratio, and what reading every site's
 signal side by side costs (what an acquire pays: ``Lab.signals``) against fingerprinting every site side by side.
@@ -26,7 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--instance", default="bsig")
-    ap.add_argument("--port-offset", type=int, default=47700)
+    ap.add_argument("--port-offset", type=int, default=48500)
     ap.add_argument("--keep", action="store_true", help="leave the instance up")
     args = ap.parse_args()
     lab = Lab(instance=args.instance)

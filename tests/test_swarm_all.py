@@ -33,7 +33,7 @@ INSTANCE = "swall"
 class AllLab:
     def __init__(self, lab: SwarmLab, work: Path) -> None:
         self.lab, self.work = lab, work
-        self.auth = work / ".auth"  # the default auth dir of commands run in work (up, login, smoke, snapshot)
+        self.auth = work / ".auth" / INSTANCE  # the default auth dir of commands run in work (up, login, smoke)
         self.env = {**os.environ, "DOCKER_HOST": lab.manager_host, "ENVCTL_BACKEND": "swarm",
                     "ENVCTL_SWARM_REGISTRY": lab.registry, "ENVCTL_STATE_DIR": str(work / "state"),
                     "ENVCTL_ENGINE_TIMEOUT": "60", "ENVCTL_CHROMIUM": os.environ.get("ENVCTL_CHROMIUM", "/usr/bin/chromium")}
@@ -100,7 +100,7 @@ def test_login_writes_the_cookie_files_and_the_header_file(al: AllLab) -> None:
 
 
 def test_env_exports_urls_that_answer_from_here(al: AllLab) -> None:
-    env = al.json("env", "-i", INSTANCE, "--format", "json")
+    env = al.json("env", "-i", INSTANCE)  # the shell format, as one flat JSON object
     host = al.json("status", "-i", INSTANCE)["public_host"]
     for var in ("SHOPPING", "REDDIT", "GITLAB", "MAP", "WIKIPEDIA", "HOMEPAGE"):
         url = env[var]
