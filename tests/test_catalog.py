@@ -180,7 +180,7 @@ MALFORMED = [
     ("sites.reddit.depends_on", ["shoping"], "sites.reddit.depends_on: unknown site 'shoping'"),
     ("sites.homepage.services.web.env.SHOPPING", "{sites.shoping.public_url}", "unknown site 'shoping' in template"),
     ("sites.reddit.reset.tier", "sometimes", "sites.reddit.reset.tier: input should be 'spare', 'inplace', 'endpoint', 'recreate' or 'none'"),
-    ("sites.gitlab.reset.tier", "inplace", "sites.gitlab: reset tier 'inplace' needs reset.inplace (save and restore steps)"),
+    ("sites.wikipedia.reset.tier", "inplace", "sites.wikipedia: reset tier 'inplace' needs reset.inplace (save and restore steps)"),
     ("sites.reddit.reset.inplace.restore", [], "sites.reddit.reset.inplace.restore: "),
     ("sites.reddit.reset.inplace.save.0.service", "db", "reset.inplace step names unknown service 'db'"),
     ("sites.reddit.login.account", "nobody", "sites.reddit: login.account 'nobody' is not in accounts"),
@@ -367,6 +367,7 @@ def test_a_fingerprint_or_probe_service_must_exist_on_every_flavor(tmp_path: Pat
     del c["services"]["db"]["flavors"]["mini"]
     assert "fingerprint query 'items-users' is the site's contract" in _load_raw(tmp_path, raw)
     c["fingerprint"] = []
+    c["changes"] = []  # a change signal says when to fingerprint: none without fingerprint queries
     c["health"]["probes"].append({"name": "db-port", "service": "db", "path": "/"})
     assert "health probe 'db-port' is the site's contract" in _load_raw(tmp_path, raw)
 

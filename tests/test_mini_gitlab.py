@@ -1,6 +1,7 @@
 """The mini GitLab image, driven like the omnibus one: upstream run command, the README's configure
 steps via docker exec, both login styles, the expiry probe, writes (UI and API) that land in
-PostgreSQL, server-side sessions in a recreated container and a clean SIGTERM stop."""
+PostgreSQL and in the bare git repositories (upstream's hashed layout), Redis as GitLab's cache and
+session store, server-side sessions in a recreated container and a clean SIGTERM stop."""
 from __future__ import annotations
 
 import json
@@ -43,10 +44,12 @@ def start(c: Containers, image: str, port: int) -> tuple[str, float]:
 
 
 def fingerprint(c: Containers, name: str) -> dict[str, tuple[int, int, str]]:
-    """The catalog's own fingerprint command (the full flavor's), parsed: table -> (rows, max id, md5)."""
+    """The catalog's own fingerprint command (the full flavor's) over the tables, parsed: table -> (rows, max id,
+    md5)."""
     from envctl.catalog import load_catalog
 
-    (query,) = load_catalog().site("gitlab").fingerprint_queries("mini")
+    query = next(q for q in load_catalog().site("gitlab").fingerprint_queries("mini")
+                 if q.name == "issues-mrs-notes-projects")
     out = c.exec(name, *query.run).stdout
     rows = [line.split("|") for line in out.strip().splitlines()]
     assert rows and all(len(r) == 4 for r in rows), out
@@ -90,10 +93,10 @@ def test_configure_sets_external_url_and_port_idempotently(gitlab: str, module_c
     assert requests.get(f"{BASE}/-/readiness", timeout=10).json()["status"] == "ok"
 
 
-def test_image_labels_and_pages(gitlab: str) -> None:
-    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", "envctl-mini/gitlab:1"],
+def test_image_labels_and_pages(gitlab: str, mini_image) -> None:
+    labels = subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", mini_image("gitlab")],
                             capture_output=True, text=True, check=True).stdout
-    for want in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"gitlab"', '"org.envctl.data-version":"1"'):
+    for want in ('"org.envctl.flavor":"mini"', '"org.envctl.site":"gitlab"', '"org.envctl.data-version":"2"'):
         assert want in labels
     s = http_login()
     assert "a11y-syntax-highlighting" in s.get(f"{BASE}/dashboard/projects").text
@@ -267,6 +270,111 @@ def test_new_issue_form_writes_to_db(gitlab: str, module_containers: Containers,
     assert fingerprint(module_containers, gitlab) == after
 
 
+REPOS = "/var/opt/gitlab/git-data/repositories"
+
+
+def git(c: Containers, name: str, repo: str, *args: str, check: bool = True) -> str:
+    return c.exec(name, "git", f"--git-dir={REPOS}/{repo}.git", *args, check=check).stdout
+
+
+def disk_path(c: Containers, name: str, project: str) -> str:
+    ns, path = project.split("/")
+    return c.exec(name, "gitlab-psql", "-At", "-c", "SELECT r.disk_path FROM project_repositories r JOIN projects p ON "
+                  f"p.id = r.project_id JOIN namespaces n ON n.id = p.namespace_id WHERE n.path = '{ns}' AND "
+                  f"p.path = '{path}'").stdout.strip()
+
+
+def test_bare_repositories_in_upstream_hashed_layout_are_what_pages_show(gitlab: str, module_containers: Containers) -> None:
+    """One bare repository per project at @hashed/<h[0:2]>/<h[2:4]>/<h>.git (h = sha256 of the project id), owned by
+    git, as GitLab's hashed storage lays them out; the branches, tree and contributors pages read them."""
+    import hashlib
+
+    c = module_containers
+    rows = c.exec(gitlab, "gitlab-psql", "-At", "-F", " ", "-c", "SELECT p.id, r.disk_path FROM projects p "
+                  "LEFT JOIN project_repositories r ON r.project_id = p.id ORDER BY p.id").stdout.strip().split("\n")
+    assert len(rows) == 14
+    for row in rows:
+        pid, path = row.split(" ")
+        h = hashlib.sha256(pid.encode()).hexdigest()
+        assert path == f"@hashed/{h[:2]}/{h[2:4]}/{h}", row
+        assert git(c, gitlab, path, "config", "core.bare").strip() == "true"
+    owners = c.exec(gitlab, "find", REPOS, "-mindepth", "4", "-maxdepth", "4", "-name", "*.git", "-printf", "%u:%g\n")
+    assert owners.stdout.split() == ["git:git"] * 14
+    design = disk_path(c, gitlab, "primer/design")
+    heads = git(c, gitlab, design, "for-each-ref", "--format=%(refname:lstrip=2)", "refs/heads").split()
+    assert sorted(heads) == ["bump-doctocat", "dialog", "dialog-component", "main"]
+    page = requests.get(f"{BASE}/primer/design/-/branches", timeout=10).text
+    assert all(f'data-name="{h}"' in page for h in heads)
+    total = int(git(c, gitlab, design, "rev-list", "--count", "main"))
+    assert f"{total} commits in total" in requests.get(f"{BASE}/primer/design/-/graphs/main", timeout=10).text
+    assert f"<strong>{total}</strong> Commits" in requests.get(f"{BASE}/primer/design", timeout=10).text
+    readme = git(c, gitlab, design, "show", "main:README.md")
+    assert readme and readme in requests.get(f"{BASE}/primer/design/-/raw/main/README.md", timeout=10).text
+
+
+def test_ui_and_api_writes_land_in_the_bare_repository(gitlab: str, module_containers: Containers) -> None:
+    """As GitLab writes through Gitaly: a branch made in the web UI and a file committed there or over the API are
+    refs and objects in the project's bare repository, and the pages read them back."""
+    c, project = module_containers, "byteblaze/a11y-syntax-highlighting"
+    repo = disk_path(c, gitlab, project)
+    s = http_login()
+    r = s.post(f"{BASE}/{project}/-/branches", data={"branch_name": "ui-branch", "ref": "main"}, allow_redirects=False)
+    assert r.status_code == 302 and r.headers["Location"] == f"{BASE}/{project}/-/tree/ui-branch", r.text[:300]
+    assert git(c, gitlab, repo, "rev-parse", "refs/heads/ui-branch") == git(c, gitlab, repo, "rev-parse", "refs/heads/main")
+    r = s.post(f"{BASE}/{project}/-/create/ui-branch", data={"file_name": "docs/ui.md", "content": "from the UI\n",
+                                                             "commit_message": "Add docs/ui.md", "branch_name": "ui-branch"},
+               allow_redirects=False)
+    assert r.status_code == 302, r.text[:300]
+    assert git(c, gitlab, repo, "show", "ui-branch:docs/ui.md") == "from the UI\n"
+    assert git(c, gitlab, repo, "log", "-1", "--format=%an|%s", "ui-branch").strip() == "Byte Blaze|Add docs/ui.md"
+    assert "ui.md" in s.get(f"{BASE}/{project}/-/tree/ui-branch/docs").text
+    hdr = {"PRIVATE-TOKEN": TOKEN}
+    r = requests.post(f"{BASE}/api/v4/projects/1/repository/files/api.txt", headers=hdr,
+                      data={"branch": "api-branch", "start_branch": "main", "content": "over the API",
+                            "commit_message": "Add api.txt"}, timeout=10)
+    assert r.status_code == 201, r.text
+    assert git(c, gitlab, repo, "show", "api-branch:api.txt") == "over the API"
+    names = {b["name"] for b in requests.get(f"{BASE}/api/v4/projects/1/repository/branches", timeout=10).json()}
+    assert {"main", "fix-contrast", "ui-branch", "api-branch"} <= names
+    # the same refusals as GitLab: anonymous, an existing branch, a bad name
+    assert requests.post(f"{BASE}/{project}/-/branches", data={"branch_name": "x"}, allow_redirects=False,
+                         timeout=10).status_code == 302
+    assert s.post(f"{BASE}/{project}/-/branches", data={"branch_name": "ui-branch", "ref": "main"}).status_code == 400
+    assert s.post(f"{BASE}/{project}/-/branches", data={"branch_name": "bad..name", "ref": "main"}).status_code == 400
+
+
+def test_redis_is_the_cache_and_the_session_store(gitlab: str, module_containers: Containers) -> None:
+    """Redis on upstream's socket, under gitlab-ctl: the project's counts are cached there and expired only by the
+    app's own writes (a write underneath shows stale until the cache is flushed); sessions live there too."""
+    c = module_containers
+    cli = ["/opt/gitlab/embedded/bin/redis-cli", "-s", "/var/opt/gitlab/redis/redis.socket"]
+    assert "run: redis:" in c.exec(gitlab, "gitlab-ctl", "status").stdout
+    assert c.exec(gitlab, *cli, "CONFIG", "GET", "maxmemory").stdout.split()[1] == str(16 * 1024 * 1024)
+    project = "byteblaze/accessible-html-content-patterns"
+
+    def open_issues() -> str:
+        page = requests.get(f"{BASE}/{project}", timeout=10).text
+        return page.split('/-/issues">Issues <span class="badge">')[1].split("<")[0]
+
+    before = open_issues()
+    assert c.exec(gitlab, *cli, "GET", "cache:gitlab:projects/3/open_issues_count").stdout.strip() == before
+    c.exec(gitlab, "gitlab-psql", "-c", "INSERT INTO issues (project_id, iid, title, author_id, created_at) "
+           "VALUES (3, 99, 'written underneath', 2, 0)")
+    assert open_issues() == before  # as GitLab: the cached count, until something expires it
+    s = http_login()
+    assert any(k.startswith("session:gitlab:") for k in c.exec(gitlab, *cli, "KEYS", "*").stdout.split())
+    assert c.exec(gitlab, *cli, "FLUSHALL").stdout.strip() == "OK"
+    assert open_issues() == str(int(before) + 1)
+    assert s.get(f"{BASE}/-/profile", allow_redirects=False).status_code == 302  # signed out with the flush
+
+
+def test_gitlab_psql_is_the_clusters_superuser(gitlab: str, module_containers: Containers) -> None:
+    """As upstream's gitlab-psql (chpst -U gitlab-psql: the role initdb made), which the in-place steps need."""
+    out = module_containers.exec(gitlab, "gitlab-psql", "-At", "-c",
+                                 "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user").stdout
+    assert out.strip() == "gitlab-psql|t"
+
+
 def test_recreated_container_is_pristine_and_stops_like_upstream(gitlab: str, containers: Containers,
                                                                   mini_image) -> None:
     """Like the omnibus image: a plain 'docker stop' kills PostgreSQL (PID 1 runsvdir exits at once), leaving
@@ -284,6 +392,7 @@ def test_recreated_container_is_pristine_and_stops_like_upstream(gitlab: str, co
     # gitlab-ctl stop, then docker stop: a clean shutdown, a clean restart
     out = subprocess.run(["docker", "exec", fresh, "gitlab-ctl", "stop"], capture_output=True, text=True)
     assert out.returncode == 0 and "ok: down: postgresql" in out.stdout, out.stdout + out.stderr
+    assert "ok: down: redis" in out.stdout
     t0 = time.monotonic()
     subprocess.run(["docker", "stop", "-t", "20", fresh], check=True, capture_output=True)
     took = time.monotonic() - t0

@@ -495,3 +495,63 @@ def test_every_task_start_page_answers_and_shows_its_item(shop: Shop, module_con
     print(f"{len(pages)} start pages checked: {counted}; {len(failures)} failed")
     assert not failures, f"{len(failures)} of {len(pages)} start pages fail:\n" + "\n".join(failures[:40])
     assert counted["admin product"] == 6 and counted["product"] >= 79
+
+
+# --- full-page cache and changelog triggers (the in-place reset's contract: tests/test_inplace_magento.py) -------
+def test_guest_pages_come_from_the_page_cache_until_a_flush_or_an_admin_save(shop: Shop,
+                                                                              module_containers: Containers) -> None:
+    """Like Magento's built-in full-page cache: a guest's product page is served from var/page_cache; SQL straight
+    into MySQL leaves it stale, a signed-in customer is not served from it, bin/magento cache:flush empties it,
+    and a product saved in the admin cleans it."""
+    c, name = module_containers, shop.name
+    key, title = sql(c, name, "SELECT url_key, name FROM catalog_product_entity WHERE entity_id = 11").strip().split("\t")
+    page = f"{shop.base}/{key}.html"
+    assert [requests.get(page).headers["X-Magento-Cache-Debug"] for _ in range(2)] == ["MISS", "HIT"]
+    assert int(c.exec(name, "sh", "-c", "ls /var/www/magento2/var/page_cache | wc -l").stdout) > 0
+    try:
+        sql(c, name, "UPDATE catalog_product_entity SET name = 'Coffee renamed by SQL' WHERE entity_id = 11")
+        stale = requests.get(page)
+        assert stale.headers["X-Magento-Cache-Debug"] == "HIT" and title in stale.text  # the bypass: not invalidated
+        signed_in = customer_session(shop.base).get(page)
+        assert "X-Magento-Cache-Debug" not in signed_in.headers and "Coffee renamed by SQL" in signed_in.text
+        c.exec(name, "/var/www/magento2/bin/magento", "cache:flush")
+        fresh = requests.get(page)
+        assert fresh.headers["X-Magento-Cache-Debug"] == "MISS" and "Coffee renamed by SQL" in fresh.text
+        assert requests.get(page).headers["X-Magento-Cache-Debug"] == "HIT"
+
+        admin = admin_session(shop.base)
+        edit = admin.get(f"{shop.base}/admin/catalog/product/edit/id/11/").text
+        form_key = re.search(r'name="form_key" type="hidden" value="(\w+)"', edit)[1]
+        admin.post(f"{shop.base}/admin/catalog/product/save/id/11/", data={
+            "product[name]": title, "product[price]": "12.98", "product[qty]": "300", "product[status]": "1",
+            "form_key": form_key})
+        saved = requests.get(page)
+        assert saved.headers["X-Magento-Cache-Debug"] == "MISS" and title in saved.text
+    finally:
+        sql(c, name, f"UPDATE catalog_product_entity SET name = '{title}' WHERE entity_id = 11")
+        c.exec(name, "/var/www/magento2/bin/magento", "cache:flush")
+
+
+def test_schedule_mode_keeps_changelogs_by_triggers(shop: Shop, module_containers: Containers) -> None:
+    """Like Magento's mview: an indexer in "schedule" mode has a changelog <indexer>_cl that triggers on the
+    tables it follows fill with the changed entity's id (an id per write); "realtime" takes its triggers away."""
+    c, name = module_containers, shop.name
+    bin_magento = "/var/www/magento2/bin/magento"
+
+    def logged() -> tuple[int, int]:
+        return tuple(int(sql(c, name, f"SELECT COUNT(*) FROM {v}_cl WHERE entity_id = 12"))  # type: ignore[return-value]
+                     for v in ("catalogrule_product", "catalogsearch_fulltext"))
+
+    touch = "UPDATE catalog_product_entity SET qty = qty + 1 WHERE entity_id = 12"
+    before = logged()
+    sql(c, name, touch)  # the product and, through the mini's own triggers, its EAV values: each logs the id
+    once = logged()
+    assert once[0] > before[0] and once[1] > before[1], (before, once)
+    try:
+        assert "was changed" in c.exec(name, bin_magento, "indexer:set-mode", "realtime", "catalogsearch_fulltext").stdout
+        sql(c, name, touch)
+        twice = logged()
+        assert twice[0] > once[0] and twice[1] == once[1], (once, twice)
+    finally:
+        c.exec(name, bin_magento, "indexer:set-mode", "schedule", "catalogsearch_fulltext")
+        sql(c, name, "UPDATE catalog_product_entity SET qty = qty - 2 WHERE entity_id = 12")

@@ -25,7 +25,7 @@ from flask import Response, request
 
 from miniweb import pgembed
 from miniweb.core import serve
-from sites import gitlab_api, gitlab_auth, gitlab_pages
+from sites import gitlab_api, gitlab_auth, gitlab_pages, gitlab_repo_pages
 from sites.gitlab_ctl import PIDFILE, GitlabConfig, applied_config, ctl
 from sites.gitlab_data import CLUSTER, seed
 from sites.gitlab_runsv import runsvdir
@@ -37,6 +37,7 @@ def make_app(cfg: GitlabConfig) -> Any:
     app, api_error, layout = site.app, site.api_error, site.layout
     gitlab_auth.register(site)
     gitlab_pages.register(site)
+    gitlab_repo_pages.register(site)
     gitlab_api.register(site)
 
     @app.errorhandler(404)
@@ -77,10 +78,57 @@ def serve_app() -> None:
     serve(make_app(cfg), cfg.port)
 
 
+def superuser() -> None:
+    """The omnibus cluster's superuser role, 'gitlab-psql' (initdb runs as that OS user there), which gitlab-psql
+    connects as: the in-place steps terminate other backends and set session_replication_role, which need it. Then
+    every database vacuumed."""
+    import subprocess
+
+    CLUSTER.start_background()
+    try:
+        psql = pgembed.as_postgres([pgembed.pg_bin("psql"), "-h", "/tmp", "-p", str(CLUSTER.port), "-U", "postgres",
+                                    "-X", "-q", "-v", "ON_ERROR_STOP=1"])
+        subprocess.run([*psql, "-d", "postgres", "-c", 'CREATE ROLE "gitlab-psql" SUPERUSER LOGIN'], check=True)
+        # As a long-lived cluster is: every database vacuumed, frozen and analyzed, so that autovacuum has nothing to
+        # catch up on after each boot (its WAL would move the change signal of an idle copy).
+        for db in ("template1", "postgres", CLUSTER.db):
+            subprocess.run([*psql, "-d", db, "-c", "VACUUM (FREEZE, ANALYZE)"], check=True)
+    finally:
+        CLUSTER.stop_background()
+
+
+REDIS_CONF = """# envctl mini: as the omnibus image's /var/opt/gitlab/redis/redis.conf, on its socket only
+port 0
+unixsocket /var/opt/gitlab/redis/redis.socket
+unixsocketperm 777
+dir /var/opt/gitlab/redis
+daemonize no
+logfile ""
+# small: the mini copy runs in 512 MB; the cache is a cache (least recently used keys go first)
+maxmemory 16mb
+maxmemory-policy allkeys-lru
+# nothing kept on disk (upstream saves dump.rdb): a new container starts with an empty cache and no sessions
+save ""
+appendonly no
+"""
+
+
+def redis_conf() -> None:
+    import shutil
+
+    os.makedirs("/var/opt/gitlab/redis", exist_ok=True)
+    with open("/var/opt/gitlab/redis/redis.conf", "w") as f:
+        f.write(REDIS_CONF)
+    for path in ("/var/opt/gitlab/redis", "/var/opt/gitlab/redis/redis.conf"):
+        shutil.chown(path, "redis", "redis")
+
+
 def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "start"
     if cmd == "build":
         pgembed.build(CLUSTER, seed)
+        superuser()
+        redis_conf()
         return ctl(["reconfigure"])
     if cmd == "start":
         return runsvdir([sys.executable, "-m", "sites.gitlab", "serve"])

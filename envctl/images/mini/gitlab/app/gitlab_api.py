@@ -1,4 +1,5 @@
-"""Mini GitLab ``/api/v4``: personal access tokens, the current user and status, projects and issues."""
+"""Mini GitLab ``/api/v4``: personal access tokens, the current user and status, projects and issues (the
+repository routes, branches and files, are in ``gitlab_repo_pages``)."""
 from __future__ import annotations
 
 import re
@@ -103,11 +104,18 @@ def register(site: SimpleNamespace) -> None:
     @app.route("/api/v4/projects/<path:rest>", methods=["GET", "POST"])
     def api_project_routes(rest: str) -> Response:
         me = api_user()
+        repo_route = re.fullmatch(r"(\d+|[^/]+/[^/]+)/repository/(.+)", rest)
+        if repo_route:  # branches and files: gitlab_repo_pages
+            return site.repository_api(api_project(repo_route.group(1), me), me, repo_route.group(2))
         m = re.fullmatch(r"(.+?)(?:/(issues)(?:/(\d+))?)?", rest)
         ident, sub, iid = m.group(1), m.group(2), m.group(3)
         p = api_project(ident, me)
         if sub is None:
-            return jsonify(project_json(p)) if request.method == "GET" else api_error(405, "405 Method Not Allowed")
+            if request.method != "GET":
+                return api_error(405, "405 Method Not Allowed")
+            info = site.repository_info(p[0])
+            return jsonify({**project_json(p), "default_branch": info["branches"][0][0] if info and info["branches"]
+                            else None})
         if iid is not None:
             row = db.one(ISSUE_SQL + "WHERE i.project_id = %s AND i.iid = %s", (p[0], int(iid)))
             return jsonify(issue_json(row)) if row else api_error(404, "404 Not found")

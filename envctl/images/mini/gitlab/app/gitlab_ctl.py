@@ -20,6 +20,7 @@ from sites.gitlab_data import CLUSTER
 GITLAB_RB = os.environ.get("GITLAB_RB", "/etc/gitlab/gitlab.rb")
 APPLIED = os.environ.get("GITLAB_APPLIED", "/var/opt/gitlab/envctl-applied-config.json")
 PIDFILE = "/run/gitlab/puma.pid"
+REDIS_PID = "/run/gitlab/redis.pid"
 
 @dataclass(frozen=True)
 class GitlabConfig:
@@ -158,7 +159,8 @@ def ctl(argv: list[str]) -> int:
         return 0
     if cmd == "status":
         code = 0
-        for name, path in (("postgresql", os.path.join(CLUSTER.datadir, "postmaster.pid")), ("puma", PIDFILE)):
+        for name, path in (("postgresql", os.path.join(CLUSTER.datadir, "postmaster.pid")), ("puma", PIDFILE),
+                           ("redis", REDIS_PID)):
             pid = read_pid(path)
             if pid is None:
                 print(f"down: {name}: 0s, normally up")

@@ -15,6 +15,7 @@ import time
 
 from miniweb import pgembed
 from miniweb.core import SEED_EPOCH, Database
+from sites import gitlab_repo
 
 CLUSTER = pgembed.Cluster(
     datadir=os.environ.get("MINIWEB_PGDATA", "/var/opt/gitlab/postgresql/data"),
@@ -22,7 +23,7 @@ CLUSTER = pgembed.Cluster(
 )
 # Seeded with explicit ids: each sequence is moved past them.
 TABLES = ("users", "namespaces", "projects", "members", "issues", "merge_requests", "labels", "notes",
-          "personal_access_tokens", "repository_branches", "repository_commits")
+          "personal_access_tokens", "project_repositories")
 # The WebArena start pages on GitLab (scripts/task_pages.py writes it; the Dockerfile copies it next to
 # this module). Every project a path names is seeded (see ``task_page_seed``).
 TASK_PAGES = os.environ.get("GITLAB_TASK_PAGES", os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -56,14 +57,10 @@ CREATE TABLE labels (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES p
 CREATE TABLE notes (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id), noteable_type TEXT NOT NULL,
   noteable_id INT NOT NULL, author_id INT NOT NULL REFERENCES users(id), note TEXT NOT NULL, system BOOLEAN NOT NULL
   DEFAULT false, created_at BIGINT NOT NULL);
--- Git data (upstream keeps it in the repositories, not in PostgreSQL): branches with their file tree
--- (one path a line) and the commits each branch holds, which the tree and contributors pages read.
-CREATE TABLE repository_branches (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id),
-  name TEXT NOT NULL, is_default BOOLEAN NOT NULL DEFAULT false, tree TEXT NOT NULL DEFAULT '',
-  UNIQUE (project_id, name));
-CREATE TABLE repository_commits (id SERIAL PRIMARY KEY, project_id INT NOT NULL REFERENCES projects(id),
-  branch_id INT NOT NULL REFERENCES repository_branches(id), sha TEXT NOT NULL, title TEXT NOT NULL,
-  author_name TEXT NOT NULL, author_email TEXT NOT NULL, committed_at BIGINT NOT NULL);
+-- As upstream: which repository on disk holds a project's git data (hashed storage: '@hashed/ab/cd/<sha256 of
+-- the id>'; the repository itself is '<disk_path>.git' under /var/opt/gitlab/git-data/repositories).
+CREATE TABLE project_repositories (id SERIAL PRIMARY KEY, shard_id INT NOT NULL DEFAULT 1,
+  disk_path TEXT UNIQUE NOT NULL, project_id INT UNIQUE NOT NULL REFERENCES projects(id));
 CREATE TABLE personal_access_tokens (id SERIAL PRIMARY KEY, user_id INT NOT NULL REFERENCES users(id),
   name TEXT NOT NULL, token_digest TEXT UNIQUE NOT NULL, scopes TEXT NOT NULL, revoked BOOLEAN NOT NULL DEFAULT false,
   created_at BIGINT NOT NULL);
@@ -115,6 +112,22 @@ MRS = [  # (project no., author, assignee, title, state, source branch)
     (2, "kilian", None, "Update footer links", "merged", "footer-links"),
     (6, "kilian", "byteblaze", "Refresh checklist resources", "opened", "refresh-checklist"),
 ]
+# The hand-written projects' repositories: project no. -> (files of the tree, {branch: [(author, commits)]});
+# the first branch is the default, the merge requests' source branches are there too.
+HAND_REPOS = {
+    1: (("themes/", "LICENSE", "README.md", "package.json"),
+        {"main": [("Byte Blaze", "byteblaze@example.com", 8), ("Yi-Jen Lou", "yjlou@example.com", 2)],
+         "fix-contrast": [("Yi-Jen Lou", "yjlou@example.com", 1)]}),
+    2: (("src/", "README.md", "package.json"),
+        {"main": [("Byte Blaze", "byteblaze@example.com", 12), ("Yi-Jen Lou", "yjlou@example.com", 3)],
+         "footer-links": [("Kilian Valkhof", "kilian@example.com", 1)]}),
+    3: (("patterns/", "README.md", "index.html"), {"main": [("Byte Blaze", "byteblaze@example.com", 6)]}),
+    4: ((".bashrc", ".gitconfig", "README.md", "install.sh"), {"main": [("Byte Blaze", "byteblaze@example.com", 5)]}),
+    5: (("README.md", "timeit.py"), {"main": [("Byte Blaze", "byteblaze@example.com", 3)]}),
+    6: (("src/", "CONTRIBUTING.md", "README.md", "package.json"),
+        {"main": [("Kilian Valkhof", "kilian@example.com", 20), ("Byte Blaze", "byteblaze@example.com", 7)],
+         "refresh-checklist": [("Kilian Valkhof", "kilian@example.com", 2)]}),
+}
 
 # --- what the WebArena start pages name (task_pages.json) ------------------------------------------
 # Namespaces the hand-written seed lacks: path -> (kind, display name, location, public email). As in
@@ -226,7 +239,8 @@ def page_target(path: str) -> tuple[str, str, str | None] | None:
 def task_page_seed(pages: list[dict]) -> tuple[list, list, list, list]:
     """What the start pages name beyond the hand-written seed, in the files' order (so ids are fixed):
     (namespaces [(path, kind, name, location, email)], projects [(ns, path, name, desc, members, tree,
-    branches)], members [(project key, user, level)], issues [(project key, ...)])."""
+    branches)], members [(project key, user, level)], issues [(project key, ...)]). The trees and branches are
+    written into each project's repository by ``seed``."""
     known_ns = {u[0] for u in USERS} | {g[0] for g in GROUPS}
     known_proj = {f"{ns}/{path}" for ns, path, *_ in PROJECTS}
     namespaces: list = []
@@ -314,30 +328,42 @@ def seed(db: Database, pages: list[dict] | None = None) -> None:
                          SEED_EPOCH - 5400 * (20 - i)))
         cur.execute("INSERT INTO personal_access_tokens (id, user_id, name, token_digest, scopes, created_at) "
                     "VALUES (1, %s, 'envctl', %s, 'api', %s)", (uid["byteblaze"], token_digest(SEED_TOKEN), SEED_EPOCH))
-        branch_id = commit_id = 0
-        for ns, path, *_, tree, branches in extra_projects:
-            key = f"{ns}/{path}"
-            for b, (branch, contributors) in enumerate(branches.items()):
-                branch_id += 1
-                cur.execute("INSERT INTO repository_branches (id, project_id, name, is_default, tree) "
-                            "VALUES (%s,%s,%s,%s,%s)", (branch_id, pid[key], branch, b == 0, "\n".join(tree)))
-                # Round-robin over the contributors, so the history interleaves them; newest last.
-                left = {email: n for _, email, n in contributors}
-                queue = []
-                while any(left.values()):
-                    for name, email, _ in contributors:
-                        if left[email]:
-                            left[email] -= 1
-                            queue.append((name, email))
-                for k, (name, email) in enumerate(queue):
-                    commit_id += 1
-                    sha = hashlib.sha1(f"{key}@{branch}#{k}".encode()).hexdigest()
-                    cur.execute("INSERT INTO repository_commits (id, project_id, branch_id, sha, title, author_name, "
-                                "author_email, committed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                                (commit_id, pid[key], branch_id, sha, COMMIT_TITLES[k % len(COMMIT_TITLES)], name, email,
-                                 SEED_EPOCH - 86400 * 3 - 3600 * (len(queue) - k)))
+        repos = [(no, files, branches) for no, (files, branches) in HAND_REPOS.items()]
+        repos += [(pid[f"{ns}/{path}"], tree, branches) for ns, path, *_, tree, branches in extra_projects]
+        for i, (project_id, files, branches) in enumerate(sorted(repos), 1):
+            path = gitlab_repo.disk_path(project_id)
+            cur.execute("INSERT INTO project_repositories (id, disk_path, project_id) VALUES (%s,%s,%s)",
+                        (i, path, project_id))
+            seed_repository(path, files, branches)
         for table in TABLES:
             cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+
+
+def history(contributors: list[tuple[str, str, int]]) -> list[tuple[str, str, int, str]]:
+    """A branch's commits, oldest first: round-robin over the contributors (so the history interleaves them),
+    one hour apart, the newest three days before the seed's "now"."""
+    left = {email: n for _, email, n in contributors}
+    queue = []
+    while any(left.values()):
+        for name, email, _ in contributors:
+            if left[email]:
+                left[email] -= 1
+                queue.append((name, email))
+    return [(name, email, SEED_EPOCH - 86400 * 3 - 3600 * (len(queue) - k), COMMIT_TITLES[k % len(COMMIT_TITLES)])
+            for k, (name, email) in enumerate(queue)]
+
+
+def seed_repository(path: str, files: tuple[str, ...], branches: dict[str, list[tuple[str, str, int]]]) -> None:
+    """The project's bare repository under the repositories root, owned by 'git' as upstream's."""
+    try:
+        import pwd
+
+        git_user = pwd.getpwnam("git")
+        owner: tuple[int, int] | None = (git_user.pw_uid, git_user.pw_gid)
+    except KeyError:
+        owner = None
+    default = next(iter(branches))
+    gitlab_repo.create(path, default, files, {b: history(c) for b, c in branches.items()}, owner)
 
 
 def iso(ts: int) -> str:

@@ -1,13 +1,14 @@
-"""Mini GitLab HTML pages: explore, dashboards, user and group pages, projects (with their repository's tree and
-contributors graph), issues, merge requests."""
+"""Mini GitLab HTML pages: explore, dashboards, user and group pages, projects, issues, merge requests (the
+repository's pages are ``gitlab_repo_pages``)."""
 from __future__ import annotations
 
 import re
 from types import SimpleNamespace
 
-from flask import Response, abort, g, jsonify, redirect, request
+from flask import Response, abort, g, redirect, request
 
 from miniweb.core import esc
+from sites import gitlab_cache
 from sites.gitlab_data import ACCESS, iso
 
 
@@ -88,36 +89,24 @@ def register(site: SimpleNamespace) -> None:
         return (f'<nav class="breadcrumbs" aria-label="Breadcrumbs"><a href="{base}/{esc(p[1])}">{esc(p[10])}</a> / '
                 f'<a href="{base}/{esc(p[1])}/{esc(p[2])}">{esc(p[3])}</a></nav>')
 
-    def branches(pid: int) -> list[tuple]:
-        """(id, name, is_default, tree) of a project's branches, the default first."""
-        return db.all("SELECT id, name, is_default, tree FROM repository_branches WHERE project_id = %s "
-                      "ORDER BY is_default DESC, name", (pid,))
-
-    def find_ref(pid: int, rest: str) -> tuple[tuple, str]:
-        """The branch ``rest`` starts with (the longest name, as refs may hold slashes) and the path after it."""
-        for branch in sorted(branches(pid), key=lambda b: -len(b[1])):
-            if rest == branch[1] or rest.startswith(branch[1] + "/"):
-                return branch, rest[len(branch[1]):].strip("/")
-        abort(404)
-
-    def ref_selector(branch: str) -> str:
-        return (f'<div class="ref-selector"><button class="gl-button dropdown-toggle" data-testid="branches-select">'
-                f'<span class="gl-dropdown-button-text">{esc(branch)}</span></button></div>')
-
     @app.get("/<ns>/<proj>")
     def project_page(ns: str, proj: str) -> Response:
         p = find_project(ns, proj)
         pid, nsp, path, name, desc, vis = p[:6]
-        nissues = db.one("SELECT count(*) FROM issues WHERE project_id = %s AND state = 'opened'", (pid,))[0]
-        nmrs = db.one("SELECT count(*) FROM merge_requests WHERE project_id = %s AND state = 'opened'", (pid,))[0]
+        # Cached in Redis like GitLab's counts and repository data (expired by the app's own writes only)
+        nissues = gitlab_cache.fetch(f"projects/{pid}/open_issues_count", lambda: db.one(
+            "SELECT count(*) FROM issues WHERE project_id = %s AND state = 'opened'", (pid,))[0])
+        nmrs = gitlab_cache.fetch(f"projects/{pid}/open_merge_requests_count", lambda: db.one(
+            "SELECT count(*) FROM merge_requests WHERE project_id = %s AND state = 'opened'", (pid,))[0])
         url = f"{base}/{esc(nsp)}/{esc(path)}"
         repo = ""
-        refs = branches(pid)
-        if refs:
-            default = refs[0][1]
-            ncommits = db.one("SELECT count(*) FROM repository_commits WHERE branch_id = %s", (refs[0][0],))[0]
-            repo = (f'<div class="project-stats"><span><strong>{ncommits}</strong> Commits</span> <a href="{url}/-/branches"><strong>{len(refs)}</strong> Branches</a></div>'
-                    f'{ref_selector(default)}<a href="{url}/-/tree/{esc(default)}">Repository</a> '
+        info = site.repository_info(pid)
+        if info and info["branches"]:
+            default = info["branches"][0][0]
+            repo = (f'<div class="project-stats"><span data-testid="commit-count"><strong>{info["commit_count"]}</strong> '
+                    f'Commits</span> <a href="{url}/-/branches" data-testid="branch-count"><strong>'
+                    f'{len(info["branches"])}</strong> Branches</a></div>'
+                    f'{site.ref_selector(default)}<a href="{url}/-/tree/{esc(default)}">Repository</a> '
                     f'<a href="{url}/-/graphs/{esc(default)}">Contributors</a>')
         body = (f'{breadcrumbs(p)}<nav class="nav-sidebar"><a href="{url}">Project information</a> '
                 f'<a href="{url}/-/issues">Issues <span class="badge">{nissues}</span></a> '
@@ -128,60 +117,6 @@ def register(site: SimpleNamespace) -> None:
                 f'<span class="visibility">{esc(vis)}</span><div class="clone-url"><input readonly '
                 f'value="{esc(base)}/{esc(nsp)}/{esc(path)}.git" aria-label="Clone with HTTP"></div></div>{repo}')
         return layout(f"{name}", body)
-
-    @app.get("/<ns>/<proj>/-/branches")
-    def branches_page(ns: str, proj: str) -> Response:
-        p = find_project(ns, proj)
-        url = f"{base}/{esc(p[1])}/{esc(p[2])}"
-        badge = ' <span class="badge">default</span>'
-        items = "".join(f'<li class="branch-item" data-name="{esc(b)}"><a class="item-title" href="{url}/-/tree/{esc(b)}">'
-                        f'{esc(b)}</a>{badge if d else ""}</li>' for _, b, d, _ in branches(p[0]))
-        return layout(f"Branches · {p[3]}", f'{breadcrumbs(p)}<h1 class="page-title">Branches</h1>'
-                      f'<ul class="content-list all-branches">{items}</ul>')
-
-    @app.get("/<ns>/<proj>/-/tree/<path:rest>")
-    def tree_page(ns: str, proj: str, rest: str) -> Response:
-        p = find_project(ns, proj)
-        (bid, branch, _, tree), sub = find_ref(p[0], rest)
-        if sub:  # the seeded trees are one level deep
-            abort(404)
-        entries = tree.splitlines()
-        last = db.one("SELECT sha, title, author_name, committed_at FROM repository_commits WHERE branch_id = %s "
-                      "ORDER BY committed_at DESC, id DESC LIMIT 1", (bid,))
-        url = f"{base}/{esc(p[1])}/{esc(p[2])}"
-        commit = (f'<div class="commit-detail" data-testid="last-commit"><span class="commit-row-message">'
-                  f'{esc(last[1])}</span> <span class="commit-author-name">{esc(last[2])}</span> authored '
-                  f'<time datetime="{iso(last[3])}">{iso(last[3])}</time> <code class="commit-sha">{last[0][:8]}</code>'
-                  f'</div>') if last else ""
-        rows = "".join(
-            f'<tr class="tree-item"><td class="tree-item-file-name"><a href="{url}/-/{"tree" if e.endswith("/") else "blob"}'
-            f'/{esc(branch)}/{esc(e.rstrip("/"))}"><span>{esc(e.rstrip("/"))}</span></a></td></tr>'
-            for e in entries)
-        return layout(f"{p[1]} / {p[3]} · {branch}",
-                      f'{breadcrumbs(p)}{ref_selector(branch)}<h1 class="page-title tree-ref-header">'
-                      f'{esc(p[3])}</h1>{commit}<table class="table tree-table" id="tree-slider"><tbody>{rows}'
-                      "</tbody></table>")
-
-    @app.get("/<ns>/<proj>/-/graphs/<path:rest>")
-    def contributors_page(ns: str, proj: str, rest: str) -> Response:
-        p = find_project(ns, proj)
-        (bid, branch, _, _), sub = find_ref(p[0], rest)
-        if sub:
-            abort(404)
-        if request.args.get("format") == "json":  # what upstream's contributors chart fetches
-            return jsonify([{"author_name": n, "author_email": e, "date": iso(t)[:10]} for n, e, t in db.all(
-                "SELECT author_name, author_email, committed_at FROM repository_commits WHERE branch_id = %s "
-                "ORDER BY committed_at DESC, id DESC", (bid,))])
-        rows = db.all("SELECT author_name, author_email, count(*) FROM repository_commits WHERE branch_id = %s "
-                      "GROUP BY author_name, author_email ORDER BY count(*) DESC, author_name", (bid,))
-        total = sum(r[2] for r in rows)
-        people = "".join(f'<div class="contributor gl-my-5" data-testid="contributor"><h4 class="gl-mb-2 gl-mt-0">'
-                         f'{esc(n)}</h4><p class="gl-mb-3">{c} commit{"" if c == 1 else "s"} '
-                         f'(<span class="contributor-email">{esc(e)}</span>)</p></div>' for n, e, c in rows)
-        return layout(f"Contributors · {p[1]} / {p[3]}",
-                      f'{breadcrumbs(p)}{ref_selector(branch)}<div class="js-contributors-graph">'
-                      f'<h1 class="page-title">Contributors</h1><h3>Commits to {esc(branch)}</h3>'
-                      f'<p>{total} commits in total</p><div class="contributors-list">{people}</div></div>')
 
     @app.get("/<ns>/<proj>/-/project_members")
     def members(ns: str, proj: str) -> Response:

@@ -1,4 +1,5 @@
-"""What the mini GitLab's areas share: DB, sessions, external URL, page layout, project queries.
+"""What the mini GitLab's areas share: DB, sessions (in Redis), external URL, page layout, project queries, the
+project's repository.
 
 ``make_site`` returns them as one namespace; ``gitlab_auth``, ``gitlab_pages`` and ``gitlab_api``
 register their routes with it.
@@ -13,6 +14,7 @@ from typing import Any
 from flask import Response, abort, g, jsonify, redirect, request
 
 from miniweb.core import Database, create_app, esc, login_required
+from sites import gitlab_cache, gitlab_repo
 from sites.gitlab_ctl import GitlabConfig
 from sites.gitlab_data import CLUSTER, INVALID_LOGIN, iso
 
@@ -34,7 +36,9 @@ def make_site(cfg: GitlabConfig) -> SimpleNamespace:
     os.environ.setdefault("MINIWEB_DB", CLUSTER.url)
     app = create_app("gitlab", cookie=COOKIE)
     db: Database = app.db  # type: ignore[attr-defined]
-    sessions = app.sessions  # type: ignore[attr-defined]
+    # GitLab keeps its sessions in Redis, not in PostgreSQL (the miniweb default): flushing Redis signs out.
+    app.sessions = gitlab_cache.RedisSessions(COOKIE)  # type: ignore[attr-defined]
+    sessions = app.sessions
     base = cfg.external_url
 
     def sign_in_url() -> str:
@@ -166,7 +170,44 @@ def make_site(cfg: GitlabConfig) -> SimpleNamespace:
                         "RETURNING iid", (project_id, project_id, title, description, author_id, int(time.time())))
             iid = cur.fetchone()[0]
             cur.execute("UPDATE projects SET last_activity_at = %s WHERE id = %s", (int(time.time()), project_id))
-            return iid
+        # as Issues::CreateService refreshes Projects::OpenIssuesCountService: the app's own writes expire the cache
+        gitlab_cache.expire(*gitlab_cache.project_keys(project_id))
+        return iid
+
+    def repository(project_id: int) -> tuple[str, str] | None:
+        """(disk path, repository directory) of a project, None when it has none."""
+        row = db.one("SELECT disk_path FROM project_repositories WHERE project_id = %s", (project_id,))
+        return (row[0], gitlab_repo.repo_dir(row[0])) if row else None
+
+    def repository_info(project_id: int) -> dict | None:
+        """The project's branches ([name, sha], the default first) and its default branch's commit count, from the
+        Redis cache (GitLab's ``Repository#branch_names`` / ``commit_count``), else read from the repository."""
+        found = repository(project_id)
+        if found is None:
+            return None
+        path, repo = found
+        refs = gitlab_cache.fetch(f"repository:{path}:branches", lambda: [list(b) for b in gitlab_repo.branches(repo)])
+        count = gitlab_cache.fetch(f"repository:{path}:commit_count",
+                                   lambda: gitlab_repo.commit_count(repo, refs[0][0]) if refs else 0)
+        return {"path": path, "repo": repo, "branches": refs, "commit_count": count}
+
+    def expire_repository(project_id: int) -> None:
+        """What a push through GitLab expires (``Repository#expire_branches_cache``, the commit count)."""
+        found = repository(project_id)
+        if found:
+            gitlab_cache.expire(*gitlab_cache.repository_keys(found[0]))
+        with db.cursor() as cur:
+            cur.execute("UPDATE projects SET last_activity_at = %s WHERE id = %s", (int(time.time()), project_id))
+
+    def ref_selector(branch: str) -> str:
+        return (f'<div class="ref-selector"><button class="gl-button dropdown-toggle" data-testid="branches-select">'
+                f'<span class="gl-dropdown-button-text">{esc(branch)}</span></button></div>')
+
+    def can_push(project_id: int) -> bool:
+        """The signed-in user is at least a Developer of the project (GitLab's push_code ability)."""
+        me = current()
+        return bool(me) and bool(db.one("SELECT 1 FROM members WHERE source_type = 'Project' AND source_id = %s "
+                                        "AND user_id = %s AND access_level >= 30", (project_id, me[0])))
 
     def api_error(status: int, message: str) -> Response:
         resp = jsonify(message=message)
@@ -178,4 +219,5 @@ def make_site(cfg: GitlabConfig) -> SimpleNamespace:
         app=app, db=db, sessions=sessions, base=base, sign_in_url=sign_in_url, needs_login=needs_login,
         current=current, flash=flash, layout=layout, projects=projects, project_list=project_list,
         find_project=find_project, issue_rows=issue_rows, mr_rows=mr_rows, state_filter=state_filter,
-        create_issue=create_issue, api_error=api_error)
+        create_issue=create_issue, api_error=api_error, repository=repository, repository_info=repository_info,
+        expire_repository=expire_repository, ref_selector=ref_selector, can_push=can_push)

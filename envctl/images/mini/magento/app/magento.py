@@ -16,6 +16,9 @@ wish list and order pages are "secure" pages and use ``web/secure/base_url``; th
 
 Header login (webarena-verified's contract, ``magento_autologin``): ``X-M2-Customer-Auto-Login`` on the
 storefront and ``X-M2-Admin-Auto-Login`` on ``/admin`` sign a request in.
+
+Full-page cache (``magento_fpc``): guests get home, category and product pages from ``var/page_cache`` until
+``bin/magento cache:flush`` or an admin save cleans it; a write straight into MySQL does not.
 """
 from __future__ import annotations
 
@@ -83,6 +86,7 @@ class Site:
     config: ConfigCache
     customer_sessions: Sessions
     admin_sessions: Sessions
+    page_cache: Any = None  # magento_fpc.PageCache
 
     def base_url(self, secure: bool) -> str:
         cfg = self.config.get()
@@ -122,8 +126,10 @@ def build_app() -> Flask:
     app = create_app("magento", cookie="PHPSESSID")
     app.url_map.strict_slashes = False
     db: Database = app.db  # type: ignore[attr-defined]
+    from sites import magento_fpc
+
     site = Site(app, db, ConfigCache(db, MAGENTO_ROOT / "var" / "cache"), app.sessions,  # type: ignore[attr-defined]
-                Sessions(db, "admin"))
+                Sessions(db, "admin"), magento_fpc.PageCache(MAGENTO_ROOT / "var" / "page_cache"))
 
     @app.before_request
     def enforce_base_url() -> Any:
@@ -158,6 +164,7 @@ def build_app() -> Flask:
     from sites import magento_admin, magento_autologin, magento_rest, magento_store
 
     magento_autologin.register(site)  # before the areas' own gates, as upstream's plugins run before dispatch
+    magento_fpc.register(site)  # after the header login: a guest's request only
     magento_store.register(site)
     magento_admin.register(site)
     magento_rest.register(site)

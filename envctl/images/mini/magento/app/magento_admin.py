@@ -148,6 +148,7 @@ def register(site: Any) -> None:  # site: sites.magento.Site
             abort(400)
         db.run("UPDATE catalog_product_entity SET name = %s, price = %s, qty = %s, status = %s WHERE entity_id = %s",
                (name, price_value, qty, status, product_id))
+        site.page_cache.clean()  # Magento cleans the product's cache tags: its pages are not served stale
         return redirect(u(f"/admin/catalog/product/edit/id/{product_id}/"))
 
     @app.route("/admin/cms/page/", methods=["GET", "POST"])
@@ -189,6 +190,7 @@ def register(site: Any) -> None:  # site: sites.magento.Site
                " update_time = NOW() WHERE page_id = %s",
                (title, identifier, f.get("content_heading", "").strip(), f.get("content", ""),
                 0 if f.get("is_active") == "0" else 1, page_id))
+        site.page_cache.clean()
         return redirect(u(f"/admin/cms/page/edit/page_id/{page_id}/"))
 
     @app.route("/admin/customer/index/", methods=["GET", "POST"])
