@@ -11,7 +11,8 @@ and counts, for each, over every call from one envctl module into another (every
 - ``re-entries``: calls into a module that is already on the call stack below another module (A -> B -> A:
   control going back up and down again, e.g. a lower module calling back into a higher one);
 - ``bypasses``: calls into the engine layer (``envctl.backends``; before issue 29 ``envctl.provision``) from a
-  module other than ``envctl.instance`` and the engine layer itself: the seam says Instance is its only user;
+  module other than ``envctl.instance`` (its parts since issue 41) and the engine layer itself: the seam says
+  Instance is its only user;
 - per module, how many times it was entered from another module;
 - ``paths to the engine``: at every call that reaches the engine (a function of the Docker wrapper, or the front
   proxy's control service: ``Control.call``), the chain of envctl modules on the stack from the CLI down (each
@@ -105,7 +106,7 @@ class Tracer:
             self.steps += 1
             self.edges[(chain[0], callee)] += 1
             self.entered[callee] += 1
-            if _engine(callee) and not _engine(chain[0]) and chain[0] != "envctl.instance":
+            if _engine(callee) and not _engine(chain[0]) and not (chain[0] + ".").startswith("envctl.instance."):
                 self.bypasses[(chain[0], callee)] += 1
             if callee in chain[1:]:
                 self.reentries += 1
@@ -168,7 +169,7 @@ def main() -> int:
         print("[reset-path] reddit's spare did not become ready within 300 s", file=sys.stderr)
         return 1
     ok = True
-    for title, argv in (("spare swap", ["reset", "reddit", "--json"]),
+    for title, argv in (("spare swap", ["reset", "reddit", "--tier", "spare", "--json"]),
                         ("recreate", ["reset", "reddit", "--tier", "recreate", "--json"])):
         tracer = Tracer()
         threading.setprofile(tracer.hook)
