@@ -327,8 +327,11 @@ class Lab:
         return [n for n in self.catalog.resolve(sites, all_sites=all_sites or not sites) if n in up]
 
     def reset(self, sites: list[str] | None = None, *, all_sites: bool = False, tier: str | None = None,
-              wait: bool = True, progress: Progress = noop, refill: bool = True) -> list[ResetResult]:
-        """Reset sites to their pristine state (fastest tier first), each ending verified."""
+              wait: bool = True, progress: Progress = noop, refill: bool = True,
+              cheapest: bool = False) -> list[ResetResult]:
+        """Reset sites to their pristine state (fastest tier first), each ending verified. ``cheapest`` (what a lease
+        pool asks): when this machine's CPUs are short, a site that can restore in place does so before taking a
+        spare, whose refill would boot a whole copy out of the agents' share."""
         if sites:
             self.catalog.resolve(sites)  # a typo is a usage error before anything else
         inst = self.running()
@@ -338,7 +341,7 @@ class Lab:
         defer = sum(1 for n in names if self.catalog.site(n).login) > 1
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             futures = [pool.submit(tiers.reset_site, inst, self.logins, n, tier=tier, wait=wait, progress=progress,
-                                   refill=refill, defer_login=defer) for n in names]
+                                   refill=refill, defer_login=defer, cheapest=cheapest) for n in names]
             results = gather(futures, self.cancel)  # interrupted: the resets stop at their next wait
         fresh = [r for r in results if r.ok and tiers.renews_login(r.tier) and self.catalog.site(r.site).login]
         if defer and fresh:  # the copies' own files (staged, or a login each), then the pairs composed from them

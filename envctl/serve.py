@@ -134,10 +134,14 @@ def _same_origin(origin: str, host: str) -> bool:
 
 def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, sites: list[str] | None = None,
               spares: int | None = None, heal_after: float = 60.0, base_offset: int = 10000,
-              max_lease: float | None = None, bind: str = "127.0.0.1",
+              max_lease: float | None = None, bind: str = "127.0.0.1", readers: int | None = None,
+              reverify_every: float = 60.0, reverify_load: float | None = None,
               say: Callable[[str], None] | None = None) -> Pool:
     """The lease pool named after ``lab``'s instance: members ``<instance>-1`` … ``-N`` on the backend (this engine, or a swarm's nodes),
-    each a Lab with its own login state folder. Call ``start()`` on it (it brings members up)."""
+    each a Lab with its own login state folder. Call ``start()`` on it (it brings members up). ``readers``: read leases
+    one instance takes at most (default :func:`envctl.leases.pool.default_readers`); ``reverify_every``: seconds
+    between background re-verifications of free members (0: none), only while this host's 1-minute load average is
+    below ``reverify_load`` (default: its CPU count)."""
     from envctl.lab import Lab
 
     def make(name: str) -> Lab:
@@ -145,7 +149,8 @@ def make_pool(lab: "Lab", instances: int | None, *, flavor: str | None = None, s
 
     store = Members(make, size=instances, flavor=flavor, sites=sites, spares=spares, base_offset=base_offset,
                     bind=bind, instances=lambda: Lab.instances(lab.catalog))
-    return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, log=say or say_stderr)
+    return Pool(lab.instance, store, heal_after=heal_after, max_lease=max_lease, readers=readers,
+                reverify_every=reverify_every, reverify_load=reverify_load, log=say or say_stderr)
 
 
 def pool_size(lab: "Lab", sites: list[str], flavor: str, spares: int | None) -> tuple[int, str]:

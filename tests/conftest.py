@@ -296,8 +296,9 @@ _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs
 # Lane b: the swarm tests (tests/swarmlab.py's default lab: test_swarm, then test_cloud_ansible, which
 # share its names and subnet, so they run one after the other in this lane), the per-site mini image tests
 # and the read-mostly reset tests, webarena-verified's and BrowserGym's webarena_verified tests (instances
-# wav2, wav3, wav9 at offsets 52100-52900); `make test` runs the full-flavor rehearsal after it, in the same lane.
-LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_mini_*.py", "test_soak.py",
+# wav2, wav3, wav9 at offsets 52100-52900); the swarm data and every-command tests (labs of their own: "data" on
+# 172.31.248.0/24, "all" on 172.31.245.0/24); `make test` runs the full-flavor rehearsal after it, in the same lane.
+LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_swarm_data.py", "test_swarm_all.py", "test_mini_*.py", "test_soak.py",
           "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
           "test_evaluators.py", "test_webarena_verified.py", "test_browsergym_verified.py")
 

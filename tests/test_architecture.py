@@ -49,15 +49,26 @@ def _layer(module: str) -> int:
     return rank
 
 
+def _absolute(path: Path, node: ast.ImportFrom) -> str | None:
+    """The absolute module an ``ImportFrom`` names, relative ones (``from .x import y``) resolved against ``path``."""
+    if node.level == 0:
+        return node.module
+    rel = path.relative_to(PKG.parent).with_suffix("").parts
+    package = list(rel[:-1] if rel[-1] != "__init__" else rel[:-1])
+    base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+    return ".".join(base + ([node.module] if node.module else [])) or None
+
+
 def _imports(path: Path, known: set[str]) -> set[str]:
-    """Every envctl module ``path`` imports, at any depth (inside functions and TYPE_CHECKING too)."""
+    """Every envctl module ``path`` imports, at any depth (inside functions and TYPE_CHECKING too), relative
+    imports resolved."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (module := _absolute(path, node)):
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
         for n in names:
             if n in known:
                 found.add(n)
@@ -251,3 +262,93 @@ def test_no_module_over_800_lines_and_no_function_over_80_without_a_reason() -> 
                 if length > MAX_FUNCTION and LONG not in (ast.get_docstring(node) or ""):
                     long.append(f"{m}.{node.name}: {length} lines")
     assert not big and not long, "\n".join(big + long)
+
+
+# -- issue 41: what the seam's narrowing keeps true ----------------------------------------------------------------
+
+ROOT = PKG.parent
+PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make"}  # namedtuple's public API
+
+
+def _ours() -> dict[str, Path]:
+    """The package's modules and every bench and script (they use envctl as a user's code would)."""
+    out = dict(_modules())
+    for folder in ("bench", "scripts"):
+        for f in sorted((ROOT / folder).glob("*.py")):
+            out[f"{folder}.{f.stem}"] = f
+    return out
+
+
+def private_reaches(path: Path) -> list[str]:
+    """Where ``path`` imports a private name of another envctl module, or reads one through a name it imported
+    from envctl (``fetch._session``, ``from envctl.x import _y``)."""
+    tree = ast.parse(path.read_text())
+    bad, imported = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("envctl"):
+            for a in node.names:
+                imported.add(a.asname or a.name)
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    bad.append(f"line {node.lineno}: from {node.module} import {a.name}")
+        elif isinstance(node, ast.Import):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("envctl")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and node.attr not in PUBLIC_UNDERSCORE and isinstance(node.value, ast.Name)
+                and node.value.id in imported):
+            bad.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return bad
+
+
+@pytest.mark.parametrize("module", sorted(_ours()))
+def test_no_private_name_is_used_across_modules(module: str) -> None:
+    bad = private_reaches(_ours()[module])
+    assert not bad, f"{module} uses another module's private names (make them public, or keep them home): {bad}"
+
+
+# a bench of the control service's own protocol, on a bare proxy of its own (no instance, no table of one)
+OWN_PROXY = {"bench.proxy_flip"}
+
+
+def test_benches_and_scripts_write_the_routing_table_only_through_the_public_api() -> None:
+    bad = [m for m, p in _ours().items() if not m.startswith("envctl.") and m not in OWN_PROXY
+           and re.search(r"\._routing\(|\bproxy\.(apply|settle)\(", p.read_text())]
+    assert not bad, f"bench/ and scripts/ change the routing table through Instance's public methods: {bad}"
+
+
+def test_the_catalogs_tier_words_are_the_tier_registry_and_the_clis() -> None:
+    from typing import get_args
+
+    from envctl.catalog.model import Tier
+    from envctl.state.tiers import TIERS
+    from envctl.validate import TIER_WORDS
+
+    assert tuple(get_args(Tier)) == tuple(TIERS) == TIER_WORDS
+
+
+def test_the_backend_names_validate_accepts_are_the_registry() -> None:
+    from envctl.backends import KINDS
+    from envctl.validate import BACKENDS
+
+    assert tuple(KINDS) == BACKENDS
+
+
+def test_each_part_of_the_seam_is_small_and_typed() -> None:
+    """Backend is four parts (Copies, Images, FrontProxy, Placement), each at most 12 methods, every one annotated
+    with its return type; every backend implements every part."""
+    from envctl.backends import base
+
+    for part in (base.Copies, base.Images, base.FrontProxy, base.Placement):
+        methods = [n for n, v in vars(part).items() if callable(v) and not n.startswith("__")]
+        assert len(methods) <= 12, (part.__name__, methods)
+        for n in methods:
+            assert "return" in getattr(part, n).__annotations__, f"{part.__name__}.{n} has no return type"
+    assert [f.name for f in __import__("dataclasses").fields(base.Backend)] == ["kind", "copies", "images", "proxy",
+                                                                               "placement"]
+
+
+def test_a_broken_rule_fails_its_test(tmp_path: Path) -> None:
+    """The rules above are not vacuous: a module that reaches another's private name is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from envctl.images import fetch\nfrom envctl.instance import _hidden\nfetch._session()\n")
+    assert len(private_reaches(bad)) == 2

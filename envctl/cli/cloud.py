@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from dataclasses import asdict
 
-from envctl.cli.core import (_exit_unless, _check_region, cli, flavor_option,
+from envctl.cli.core import (exit_unless, check_region, cli, flavor_option,
                              json_option)
 
 
@@ -18,7 +18,7 @@ def cloud() -> None:
 @cloud.command("up")
 @click.option("--lab", required=True, help="lab name (tags every resource)")
 @click.option("--hosts", type=click.IntRange(1, 256), default=1, show_default=True)
-@click.option("--region", default=None, envvar="AWS_REGION", callback=_check_region, help="AWS region (AWS_REGION)")
+@click.option("--region", default=None, envvar="AWS_REGION", callback=check_region, help="AWS region (AWS_REGION)")
 @click.option("--instance-type", default="t3a.xlarge", show_default=True)
 @click.option("--ami", default="ubuntu", show_default=True, help="ubuntu | webarena | an AMI id")
 @click.option("--allow-cidr", "allow_cidrs", multiple=True,
@@ -58,7 +58,7 @@ def cloud_up(lab: str, hosts: int, region: str | None, instance_type: str, ami: 
         click.echo(f"lab '{lab}': {len(manifest.machines) - len(failures)} of {len(manifest.machines)} machines in the "
                    f"swarm (manager {manifest.manager}, registry {manifest.registry}); point envctl at it with: "
                    f"eval \"$(envctl cloud env --lab {lab})\"")
-    _exit_unless(not failures)
+    exit_unless(not failures)
 
 
 @cloud.command("status")
@@ -81,7 +81,7 @@ def cloud_status(lab: str, as_json: bool) -> None:
               [[n.hostname, n.address, n.role, n.state, n.availability, n.engine] for n in st.nodes])
         if st.error:
             click.echo(f"error: {st.error}", err=True)
-    _exit_unless(not st.error and bool(st.nodes) and all(n.state == "ready" for n in st.nodes))
+    exit_unless(not st.error and bool(st.nodes) and all(n.state == "ready" for n in st.nodes))
 
 
 @cloud.command("env")
@@ -103,7 +103,7 @@ def cloud_env(lab: str, as_json: bool) -> None:
 
 @cloud.command("down")
 @click.option("--lab", required=True)
-@click.option("--region", default=None, envvar="AWS_REGION", callback=_check_region)
+@click.option("--region", default=None, envvar="AWS_REGION", callback=check_region)
 @json_option
 def cloud_down(lab: str, region: str | None, as_json: bool) -> None:
     """Remove what envctl made for the lab (EC2: instances, group, key pair; an inventory's machines are left alone)."""

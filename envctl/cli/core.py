@@ -160,14 +160,14 @@ def flavor_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         )(fn)
 
 
-def _finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+def finite(_ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """click.FloatRange lets NaN through (every comparison with it is False)."""
     if value is not None and value != value:
         raise click.BadParameter(f"{value} is not a number")
     return value
 
 
-def _check_region(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def check_region(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--region / $AWS_REGION: a region name, checked before any AWS call (names the variable when it came from it)."""
     from envctl.validate import validate_region
 
@@ -185,12 +185,12 @@ def sites_argument(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.argument("site_names", nargs=-1, metavar="[SITE]...")(fn)
 
 
-def _sites(ctx: Ctx, names: tuple[str, ...]) -> list[str] | None:
+def named_sites(ctx: Ctx, names: tuple[str, ...]) -> list[str] | None:
     """Named sites, checked against the catalog (a typo is a usage error with a suggestion)."""
     return ctx.catalog.resolve(list(names)) if names else None
 
 
-def _exit_unless(ok: bool) -> None:
+def exit_unless(ok: bool) -> None:
     if not ok:
         sys.exit(1)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 from dataclasses import asdict
 
-from envctl.cli.core import (Ctx, _exit_unless, cli, flavor_option,
+from envctl.cli.core import (Ctx, exit_unless, cli, flavor_option,
                              instance_option, json_option, pass_ctx, sites_argument)
 from envctl.errors import UsageError
 
@@ -108,7 +108,7 @@ def images_get(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: s
     else:
         table(None, ["site", "artifact", "result", "detail"],
               [[r.site, r.name, r.action, (r.error or "")[:100]] for r in results])
-    _exit_unless(not any(r.action == "failed" for r in results))
+    exit_unless(not any(r.action == "failed" for r in results))
 
 
 def _images_get_plan(ctx: Ctx, names: list[str], flavor: str, mirror: str | None, keep_archive: bool,
@@ -131,7 +131,7 @@ def _images_get_plan(ctx: Ctx, names: list[str], flavor: str, mirror: str | None
         for d in plan.disk:
             click.echo(f"{d['path']}: needs {d['need'] / 1e9:.1f} GB, {d['free'] / 1e9:.1f} GB free"
                        f"{'' if d['ok'] else ' - NOT ENOUGH'}")
-    _exit_unless(plan.fits)
+    exit_unless(plan.fits)
 
 
 @images.command("verify")
@@ -151,7 +151,7 @@ def images_verify(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, ins
         emit_json([asdict(r) for r in res])
     else:
         table(None, ["site", "artifact", "ok", "detail"], [[r.site, r.name, "ok" if r.ok else "FAIL", r.detail] for r in res])
-    _exit_unless(all(r.ok for r in res))
+    exit_unless(all(r.ok for r in res))
 
 
 @images.command("export")

@@ -6,9 +6,9 @@ import time
 
 import click
 
-from envctl.cli.core import (Ctx, _exit_unless, _sites, auth_dir_option, cli, flavor_option,
+from envctl.cli.core import (Ctx, exit_unless, named_sites, auth_dir_option, cli, flavor_option,
                              instance_option, json_option, pass_ctx, sites_argument)
-from envctl.cli.serving import _pool_leases, _show_pool
+from envctl.cli.serving import pool_leases, show_pool
 from envctl.errors import EnvctlError
 
 
@@ -63,7 +63,7 @@ def up(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, flavor: str | Non
                        + ", ".join(f"{n} {k}" for n, k in result.spares.items()), err=True)
         for why in result.spares_short.values():  # the capacity plan gave a site fewer than it wants
             click.echo(f"fewer spares: {why}", err=True)
-    _exit_unless(result.ok)
+    exit_unless(result.ok)
 
 
 @cli.command()
@@ -84,7 +84,7 @@ def down(ctx: Ctx, site_names: tuple[str, ...], instance: str, all_instances: bo
 
     if all_instances or pattern is not None or dry_run:
         return _down_all(ctx, site_names, all_instances, pattern, dry_run, volumes, as_json)
-    result = ctx.lab(instance).down(_sites(ctx, site_names), volumes=volumes)
+    result = ctx.lab(instance).down(named_sites(ctx, site_names), volumes=volumes)
     if as_json:
         return emit_json(result.to_dict())
     click.echo(f"removed {len(result.removed)} containers (services on a swarm) of instance '{instance}'")
@@ -133,7 +133,7 @@ def _down_all(ctx: Ctx, site_names: tuple[str, ...], all_instances: bool, patter
             click.echo(f"error: instance '{name}': {why}", err=True)
         if not names:
             click.echo("no instance" + (f" matching '{pattern}'" if pattern else "") + " on this engine")
-    _exit_unless(not failed)
+    exit_unless(not failed)
 
 
 @cli.command()
@@ -144,17 +144,17 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
     """Per site: containers, roles, health (each probe with latency), URL, flavor, image, uptime."""
     from envctl.render import emit_json, table
 
-    pool = _pool_leases(instance)
+    pool = pool_leases(instance)
     lab = ctx.lab(instance)
     if pool is not None and lab.settings(quick=True) is None:  # a lease pool's name: its members and their leases
         if as_json:
             return emit_json(pool)
-        _show_pool(instance, pool)
+        show_pool(instance, pool)
         return
     st = lab.status()
     if as_json:
         emit_json({**st.to_dict(), **({"pool": pool} if pool is not None else {})})
-        _exit_unless(st.healthy)
+        exit_unless(st.healthy)
         return
     rows = []
     for s in st.sites:
@@ -180,8 +180,8 @@ def status(ctx: Ctx, instance: str, as_json: bool) -> None:
                    + (f", held by {st.lease.get('holder') or '?'} ({', '.join(st.lease.get('sites') or [])}), "
                       f"expires in {left:.0f}s" if st.lease.get("state") == "leased" else ""))
     if pool is not None:
-        _show_pool(instance, pool)
-    _exit_unless(st.healthy)
+        show_pool(instance, pool)
+    exit_unless(st.healthy)
 
 
 @cli.command()
@@ -194,7 +194,7 @@ def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_
     """Run the sites' health probes now."""
     from envctl.render import emit_json, table
 
-    res = ctx.lab(instance).health(_sites(ctx, site_names), wait=wait)
+    res = ctx.lab(instance).health(named_sites(ctx, site_names), wait=wait)
     ok = all(p.ok for ps in res.values() for p in ps)
     if as_json:
         emit_json({"ok": ok, "sites": {k: [p.to_dict() for p in v] for k, v in res.items()}})
@@ -202,7 +202,7 @@ def health(ctx: Ctx, site_names: tuple[str, ...], instance: str, wait: bool, as_
         table(None, ["site", "probe", "ok", "latency", "detail"],
               [[s, p.name, "ok" if p.ok else "[red]FAIL[/]", f"{p.latency_ms:.0f}ms", p.detail[:80]]
                for s, ps in res.items() for p in ps])
-    _exit_unless(ok)
+    exit_unless(ok)
 
 
 @cli.command("env")
@@ -313,13 +313,13 @@ def login(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, instance: str,
 
     if site_names and all_sites:
         raise click.UsageError("name sites or pass --all, not both")
-    report = ctx.lab(instance).login_report(_sites(ctx, site_names), out=out, check_only=check_only, max_age=max_age)
+    report = ctx.lab(instance).login_report(named_sites(ctx, site_names), out=out, check_only=check_only, max_age=max_age)
     if as_json:
         emit_json(report.to_dict())
     else:
         table(None, ["file", "ok", "action", "seconds", "problem"],
               [[f.name, "[green]ok[/]" if f.ok else "[red]FAIL[/]", f.action, f"{f.seconds:.1f}", f.error]
                for f in [*report.files, *([report.headers] if report.headers else [])]])
-    _exit_unless(report.ok)
+    exit_unless(report.ok)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from envctl.cli.core import (Ctx, _finite, cli, flavor_option,
+from envctl.cli.core import (Ctx, finite, cli, flavor_option,
                              instance_option, json_option, pass_ctx)
 from envctl.errors import EnvctlError, UsageError
 
@@ -26,18 +26,26 @@ from envctl.errors import EnvctlError, UsageError
 @flavor_option
 @click.option("--sites", "pool_sites", default=None, help="comma-separated sites of the pool's instances [all]")
 @click.option("--spares", type=click.IntRange(0, 8), default=None, help="spares per site on the pool's instances")
-@click.option("--heal-after", type=click.FloatRange(1, 86400), default=60.0, show_default=True, callback=_finite,
+@click.option("--heal-after", type=click.FloatRange(1, 86400), default=60.0, show_default=True, callback=finite,
               help="seconds a site may fail its probes before it is replaced")
-@click.option("--max-lease", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+@click.option("--max-lease", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=finite,
               help="reclaim (and reset) a lease held longer than this many seconds, even while it heartbeats "
                    "(a hung episode); a lease's own max_seconds may only be shorter")
 @click.option("--base-offset", type=click.IntRange(0, 60000), default=10000, show_default=True,
               help="the pool's instances get free port offsets from here, in steps of 1000")
+@click.option("--readers", type=click.IntRange(1, 256), default=None,
+              help="read leases (access read) one instance takes at most [2 per CPU of this host, at least 2]")
+@click.option("--reverify-every", type=click.FloatRange(0, 86400), default=60.0, show_default=True, callback=finite,
+              help="re-verify one free instance in the background at most every this many seconds (probes and every "
+                   "fingerprint; a changed one is quarantined and rebuilt); 0: never")
+@click.option("--reverify-load", type=click.FloatRange(0, 10000), default=None, callback=finite,
+              help="re-verify only while this host's 1-minute load average is below this [its CPU count]")
 @instance_option
 @pass_ctx
 def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | None, instances: str | None,
           flavor: str | None, pool_sites: str | None, spares: int | None, heal_after: float, max_lease: float | None,
-          base_offset: int, instance: str) -> None:
+          base_offset: int, readers: int | None, reverify_every: float, reverify_load: float | None,
+          instance: str) -> None:
     """Reset server speaking BrowserGym's protocol (GET /reset, GET /status) plus POST /reset/SITE;
     with --instances N, also leases of isolated, verified-pristine instances (POST /leases, GET /metrics)."""
     from envctl.serve import make_pool
@@ -64,10 +72,13 @@ def serve(ctx: Ctx, host: str, port: int | None, port_offset: int, token: str | 
                           "start it with 'envctl up' before serving its resets, or serve a pool with --instances N")
     if max_lease is not None and size is None:
         raise UsageError("--max-lease needs a lease pool", "add --instances N")
+    if readers is not None and size is None:
+        raise UsageError("--readers needs a lease pool", "add --instances N")
     pool = None
     if size is not None:
         pool = make_pool(lab, size, flavor=flavor, sites=pool_site_names, spares=spares, heal_after=heal_after,
                          base_offset=base_offset, max_lease=max_lease, bind=host if host != "0.0.0.0" else "127.0.0.1",
+                         readers=readers, reverify_every=reverify_every, reverify_load=reverify_load,
                          say=lambda m: click.echo(m, err=True))
     server = make(lab, host, port + port_offset, token, pool=pool)
     click.echo(f"envctl reset server for instance '{instance}' on http://{host}:{server.server_address[1]}"
@@ -146,7 +157,7 @@ def _lease_client(instance: str) -> Any:
     return LeaseClient(find_server(None, instance))
 
 
-def _pool_leases(instance: str) -> dict[str, Any] | None:
+def pool_leases(instance: str) -> dict[str, Any] | None:
     """What the lease server of ``instance`` (a pool) says, when one runs; None otherwise."""
     from envctl.leases.client import running_server_url
 
@@ -165,25 +176,50 @@ def _pool_leases(instance: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and "instances" in data else None
 
 
-def _show_pool(instance: str, data: dict[str, Any]) -> None:
+def _state_cell(r: dict[str, Any]) -> str:
+    """A member's state as 'lease list' shows it: why it is broken or quarantined, who shares it and whether a change
+    tainted its readers, and a quarantine it was rebuilt after."""
+    cell = r["state"]
+    if r["state"] == "shared":
+        cell += f" ({len(r.get('readers') or [])}/{r.get('limit', '?')} readers"
+        cell += f"; tainted: {str(r['taint'])[:60]})" if r.get("taint") else (f"; {r['closed']})" if r.get("closed") else ")")
+    elif r.get("error"):
+        cell += f" ({r['error'][:80]})"
+    elif r.get("quarantined"):
+        q = r["quarantined"]
+        cell += f" (rebuilt after its quarantine at {q.get('at', '?')}: {str(q.get('why', ''))[:60]})"
+    return cell
+
+
+def show_pool(instance: str, data: dict[str, Any]) -> None:
     from envctl.render import table
 
     nodes = any(r.get("node") for r in data["instances"])
-    table(f"pool {instance}", ["instance", *(["node"] if nodes else []), "state", "lease", "holder", "sites", "expires in"],
-          [[r["instance"], *([r.get("node", "")] if nodes else []),
-            r["state"] + (f" ({r['error'][:60]})" if r.get("error") else ""), r.get("id", ""),
-            r.get("holder", ""), ",".join(r.get("lease_sites") or r.get("sites") or []),
-            f"{r['seconds_left']:.0f}s" if r.get("seconds_left") is not None else ""] for r in data["instances"]])
+    rows = []
+    for r in data["instances"]:
+        leases = r.get("readers") or ([r] if r.get("id") else [{}])
+        for i, x in enumerate(leases):
+            holder = x.get("holder", "") + (f" [tainted: {str(x['tainted'])[:50]}]" if x.get("tainted") else "")
+            rows.append([r["instance"] if i == 0 else "", *([r.get("node", "") if i == 0 else ""] if nodes else []),
+                         _state_cell(r) if i == 0 else "", x.get("id", ""), x.get("access", "") if x.get("id") else "",
+                         holder, ",".join(x.get("lease_sites") or (r.get("sites") if i == 0 else []) or []),
+                         f"{x['seconds_left']:.0f}s" if x.get("seconds_left") is not None else ""])
+    table(f"pool {instance}", ["instance", *(["node"] if nodes else []), "state", "lease", "access", "holder", "sites",
+                               "expires in"], rows)
     s = data["summary"]
     resets = ", ".join(f"{t}: {v['count']} (mean {v['mean_s']}s, {v['failed']} failed)" for t, v in s["resets"].items())
     turn = s.get("turnaround") or {}
     click.echo(("pool starting; " if s.get("starting") else "")
-               + f"leases active {s['leases_active']}, free {s['leases_free']}; acquired {s['acquired']}, "
-               f"released {s['released']}, expired {s['expired']}, reclaimed {s.get('reclaimed', 0)}, "
-               f"refused {s['rejected']}; dirty instances caught {s.get('dirty_found', 0)}")
+               + f"leases active {s['leases_active']} ({s.get('leases_read', 0)} read), free {s['leases_free']}; "
+               f"acquired {s['acquired']}, released {s['released']}, expired {s['expired']}, reclaimed "
+               f"{s.get('reclaimed', 0)}, refused {s['rejected']}; dirty instances caught {s.get('dirty_found', 0)}, "
+               f"quarantined {s.get('quarantined', 0)}; tainted read leases {s.get('tainted', 0)}")
     click.echo(f"resets: {resets or 'none'}; release to free: p50 {turn.get('p50_s')}s p95 {turn.get('p95_s')}s "
                f"({turn.get('count', 0)}); heals: {sum(s['heals'].values())} {s['heals'] or ''}; "
                f"spares ready: {s['spares_ready'] or 'none'}")
+    click.echo(f"verifications {s.get('verifications', 0)}, skipped {s.get('verifications_skipped', 0)} (signals "
+               f"unchanged); background re-verifications {s.get('reverified', 0)} (every "
+               f"{s.get('reverify_every', '?')}s when idle, {s.get('reverify_deferred', 0)} put off: host busy)")
     if s.get("nodes"):
         n = s["nodes"]
         click.echo(f"nodes: {n['states']}; instances per node: {n['instances']}; node losses: {n['losses']}; "
@@ -192,21 +228,24 @@ def _show_pool(instance: str, data: dict[str, Any]) -> None:
 
 @lease.command("acquire")
 @click.option("--sites", default=None, help="comma-separated sites the lease needs [all of the instance's]")
-@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=600.0, show_default=True, callback=_finite,
+@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=600.0, show_default=True, callback=finite,
               help="seconds until the lease expires unless a heartbeat ('envctl lease heartbeat') extends it")
-@click.option("--wait", type=click.FloatRange(0, 3600), default=0.0, callback=_finite,
+@click.option("--wait", type=click.FloatRange(0, 3600), default=0.0, callback=finite,
               help="wait up to this many seconds for a free instance")
-@click.option("--max-seconds", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+@click.option("--max-seconds", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=finite,
               help="the server reclaims the lease this long after it was granted, heartbeats or not")
 @click.option("--holder", default="", help="who holds the lease (shown by 'lease list')")
+@click.option("--access", type=click.Choice(["write", "read"]), default="write", show_default=True,
+              help="read: share a verified instance with other read leases (told if one of them changed it)")
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "browsergym"]), default="shell", show_default=True)
 @click.option("--out", default=None, help="also write the login state files (storage_state) into this folder")
 @instance_option
 @json_option
-def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float | None, holder: str, fmt: str,
-                  out: str | None, instance: str, as_json: bool) -> None:
-    """Lease a free instance whose every site verifies pristine; print its variables (ENVCTL_LEASE is
-    the id to release). If anything fails after the lease was granted, it is given back."""
+def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float | None, holder: str, access: str,
+                  fmt: str, out: str | None, instance: str, as_json: bool) -> None:
+    """Lease a free instance whose every site verifies pristine (--access read: or share one with other readers);
+    print its variables (ENVCTL_LEASE is the id to release). If anything fails after the lease was granted, it is
+    given back."""
     import json as _json
     import shlex
 
@@ -222,7 +261,7 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float
     folder = usable_dir(out, "--out", hint="give --out a folder for the login state files") if out else None
     client = _lease_client(instance)
     lease = client.acquire(names or None, ttl=ttl, wait=wait, holder=holder or f"cli pid {os.getpid()}",
-                           max_seconds=max_seconds)
+                           max_seconds=max_seconds, access=access)
     try:
         if folder is not None:
             try:
@@ -253,7 +292,7 @@ def lease_acquire(sites: str | None, ttl: float, wait: float, max_seconds: float
 
 @lease.command("heartbeat")
 @click.argument("lease_id")
-@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=_finite,
+@click.option("--ttl", type=click.FloatRange(1, 7 * 24 * 3600), default=None, callback=finite,
               help="a new time to live in seconds [the lease's own]")
 @instance_option
 @json_option
@@ -264,7 +303,8 @@ def lease_heartbeat(lease_id: str, ttl: float | None, instance: str, as_json: bo
         from envctl.render import emit_json
 
         return emit_json(data)
-    click.echo(f"lease {lease_id} on {data.get('instance')}: expires in {data.get('seconds_left', 0):.0f}s")
+    click.echo(f"lease {lease_id} on {data.get('instance')}: expires in {data.get('seconds_left', 0):.0f}s"
+               + (f"; tainted: {data['tainted']}" if data.get("tainted") else ""))
 
 
 @lease.command("release")
@@ -279,6 +319,11 @@ def lease_release(lease_id: str, instance: str, as_json: bool) -> None:
         from envctl.render import emit_json
 
         return emit_json(data)
+    if data.get("access") == "read":
+        click.echo(f"released read lease {lease_id} ({data.get('instance')}): "
+                   + (f"tainted: {data['tainted']}" if data.get("tainted") else
+                      f"not tainted as far as known ({data['reading']})" if data.get("reading") else "not tainted"))
+        return
     click.echo(f"released {lease_id} ({data.get('instance')}): resetting {', '.join(data.get('lease_sites') or [])}")
 
 
@@ -292,6 +337,6 @@ def lease_list(instance: str, as_json: bool) -> None:
     data = _lease_client(instance).listing()
     if as_json:
         return emit_json(data)
-    _show_pool(instance, data)
+    show_pool(instance, data)
 
 

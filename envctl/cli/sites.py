@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from envctl.cli.core import (Ctx, _exit_unless, _sites, cli, flavor_option,
+from envctl.cli.core import (Ctx, exit_unless, named_sites, cli, flavor_option,
                              json_option, pass_ctx, sites_argument)
 from envctl.errors import EnvctlError, UsageError
 
@@ -63,7 +63,7 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
     from envctl.render import emit_json, table
     from envctl.validate import validate_host, validate_port_offset
 
-    names = _sites(ctx, site_names)
+    names = named_sites(ctx, site_names)
     validate_host(bind, "--bind")
     validate_port_offset(port_offset, [p for n in ctx.catalog.resolve(names) for p in ctx.catalog.site(n).public_ports().values()])
     report = run_doctor(ctx.catalog, names, flavor=flavor or "full", port_offset=port_offset,
@@ -74,7 +74,7 @@ def doctor(ctx: Ctx, site_names: tuple[str, ...], flavor: str | None, port_offse
         table(None, ["check", "status", "detail", "fix"],
               [[c["check"], {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}[c["status"]],
                 c["detail"], c.get("fix") or ""] for c in report["checks"]])
-    _exit_unless(report["ok"])
+    exit_unless(report["ok"])
 
 
 # -- plan ----------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from envctl.cli.core import (Ctx, _exit_unless, cli, instance_option, json_option, pass_ctx)
+from envctl.cli.core import (Ctx, exit_unless, cli, instance_option, json_option, pass_ctx)
 
 
 # -- smoke suite -----------------------------------------------------------------------------------
@@ -42,6 +42,6 @@ def smoke(ctx: Ctx, task_set: str, sites: str | None, agent: str, instance: str,
     else:
         click.echo(format_table(result))
         click.echo(f"report: {Path(report_dir) / 'report.html'}")
-    _exit_unless(result.ok)
+    exit_unless(result.ok)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from dataclasses import asdict
 
-from envctl.cli.core import (Ctx, _exit_unless, auth_dir_option, cli, instance_option, json_option, pass_ctx, sites_argument)
+from envctl.cli.core import (Ctx, exit_unless, auth_dir_option, cli, instance_option, json_option, pass_ctx, sites_argument)
 from envctl.errors import EnvctlError
 from envctl.validate import TIER_WORDS
 
@@ -39,7 +39,7 @@ def reset(ctx: Ctx, site_names: tuple[str, ...], all_sites: bool, tier: str | No
         table(None, ["site", "ok", "tier", "total", "phases", "escalations"],
               [[r.site, "[green]ok[/]" if r.ok else "[red]FAILED[/]", r.tier, f"{r.seconds:.3f}s",
                 " ".join(f"{k}={v:.3f}s" for k, v in r.phases.items()), "; ".join(r.escalations)] for r in results])
-    _exit_unless(all(r.ok for r in results))
+    exit_unless(all(r.ok for r in results))
 
 
 @cli.command("verify")
@@ -59,7 +59,7 @@ def verify_cmd(ctx: Ctx, site: str, instance: str, as_json: bool) -> None:
                    f"live {res.actual[:12]})")
         for line in res.differences:
             click.echo(f"  {line}")
-    _exit_unless(res.ok)
+    exit_unless(res.ok)
 
 
 @cli.group()

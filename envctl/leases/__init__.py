@@ -17,7 +17,7 @@ from typing import Any
 
 
 def lease(sites: list[str] | None = None, *, pool: str | None = None, ttl: float = 600.0, server: str | None = None,
-          wait: float = 0.0, holder: str = "", max_seconds: float | None = None) -> Any:
+          wait: float = 0.0, holder: str = "", max_seconds: float | None = None, access: str = "write") -> Any:
     """Lease an isolated, verified-pristine instance for a ``with`` block; released when it ends::
 
         from envctl.leases import lease
@@ -29,11 +29,13 @@ def lease(sites: list[str] | None = None, *, pool: str | None = None, ttl: float
     else the running ``envctl serve --instances N`` of pool ``pool`` (``$ENVCTL_POOL``, default "default"). A
     thread heartbeats every ttl/3; ``LeaseLost`` is raised when the lease expired, was reclaimed
     (``max_seconds``, ``serve --max-lease``), released by someone else, or its instance was lost (its node
-    down); a release the server refuses is an error. See :mod:`envctl.leases.client`."""
+    down); a release the server refuses is an error. ``access="read"``: a lease shared with other read leases on one
+    verified instance (up to ``serve --readers``); ``l.tainted`` says why when a change overlapped it (another reader
+    wrote). See :mod:`envctl.leases.client`."""
     from envctl.leases.client import LeaseClient, find_server, held
 
     client = LeaseClient(find_server(server, pool))
-    return held(client, sites, ttl=ttl, wait=wait, holder=holder, max_seconds=max_seconds)
+    return held(client, sites, ttl=ttl, wait=wait, holder=holder, max_seconds=max_seconds, access=access)
 
 
 __all__ = ["lease"]

@@ -87,6 +87,19 @@ def validate_wait(value: Any) -> float:
     return wait
 
 
+ACCESS = ("read", "write")
+
+
+def validate_access(value: Any) -> str:
+    """A lease's access: ``write`` (the default: the instance is the holder's alone) or ``read`` (shared with other
+    read leases; told when a change overlapped it)."""
+    if value is None:
+        return "write"
+    if value not in ACCESS:
+        raise UsageError(f"invalid access {str(value)[:20]!r}", "give 'read' (shared with other readers) or 'write'")
+    return str(value)
+
+
 def validate_max_seconds(value: Any) -> float | None:
     if value is None:
         return None
@@ -96,7 +109,8 @@ def validate_max_seconds(value: Any) -> float | None:
     return out
 
 
-def _iso(t: float) -> str:
+def iso_time(t: float) -> str:
+    """Unix time ``t`` as ISO 8601 in UTC, to the second (``2026-11-28T19:18:09Z``): what lease rows show."""
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -117,6 +131,10 @@ class Lease:
     host: str | None = None  # the node the instance runs on (a pool on a swarm)
     auth_note: str | None = None  # why ``auth`` is empty (no browser where the pool runs)
     max_seconds: float | None = None  # the watchdog reclaims the lease this long after it was acquired
+    access: str = "write"  # 'read': the instance is shared with other read leases (issue 40)
+    # a read lease the pool found overlapping a change of its shared instance: why (the site and what differs), as
+    # the last heartbeat or the release's answer said; None while none was found
+    tainted: str | None = field(default=None, compare=False)
     lost: str | None = field(default=None, repr=False, compare=False)  # set by the heartbeat thread
     # what happened to the leased sites while held (a site healed, a copy killed for memory), as the pool said at
     # the last heartbeat: the lease goes on, but the holder's work on that site may be gone
@@ -124,12 +142,12 @@ class Lease:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("host", "auth_note", "max_seconds", "lost"):
+        for k in ("host", "auth_note", "max_seconds", "lost", "tainted"):
             if d[k] is None:
                 del d[k]
         if not d["notices"]:
             del d["notices"]
-        d["expires_at"] = _iso(self.expires)
+        d["expires_at"] = iso_time(self.expires)
         return d
 
     @classmethod
@@ -227,9 +245,11 @@ class LeaseClient:
         return data
 
     def acquire(self, sites: list[str] | None = None, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
-                holder: str = "", max_seconds: float | None = None) -> Lease:
+                holder: str = "", max_seconds: float | None = None, access: str = "write") -> Lease:
         body: dict[str, Any] = {"sites": sites or None, "ttl": validate_ttl(ttl), "wait": validate_wait(wait),
                                 "holder": holder}
+        if validate_access(access) != "write":
+            body["access"] = access
         if max_seconds is not None:
             body["max_seconds"] = validate_max_seconds(max_seconds)
         return Lease.from_dict(self.call("POST", "/leases", body, timeout=wait + 900))
@@ -250,12 +270,15 @@ class LeaseClient:
 
 @contextmanager
 def held(client: LeaseClient, sites: list[str] | None = None, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
-         holder: str = "", max_seconds: float | None = None) -> Iterator[Lease]:
+         holder: str = "", max_seconds: float | None = None, access: str = "write") -> Iterator[Lease]:
     """Lease for a ``with`` block: heartbeats every ttl/3 meanwhile, releases when it ends.
 
     Raises :class:`LeaseLost` (at the block's end, or from ``lease.check()``) when the lease ended
-    under its holder; a release the server refuses is an error too, never silence."""
-    lease = client.acquire(sites, ttl=ttl, wait=wait, holder=holder or f"pid {os.getpid()}", max_seconds=max_seconds)
+    under its holder; a release the server refuses is an error too, never silence. A read lease
+    (``access="read"``) keeps on ``lease.tainted`` why the pool found a change overlapping it (the
+    heartbeat's and the release's answers), readable after the block."""
+    lease = client.acquire(sites, ttl=ttl, wait=wait, holder=holder or f"pid {os.getpid()}", max_seconds=max_seconds,
+                           access=access)
     stop = threading.Event()
     last_ok = time.monotonic()
 
@@ -264,7 +287,9 @@ def held(client: LeaseClient, sites: list[str] | None = None, *, ttl: float = DE
         while not stop.wait(max(0.5, float(lease.ttl) / 3)):
             try:
                 row = client.heartbeat(lease.id)
-                lease.notices = list(row.get("notices") or []) if isinstance(row, dict) else lease.notices
+                if isinstance(row, dict):
+                    lease.notices = list(row.get("notices") or [])
+                    lease.tainted = row.get("tainted") or lease.tainted
                 last_ok = time.monotonic()
             except (LeaseLost, NoSuchLease) as exc:
                 lease.lost = exc.why if isinstance(exc, LeaseLost) else str(exc)
@@ -288,12 +313,14 @@ def held(client: LeaseClient, sites: list[str] | None = None, *, ttl: float = DE
         try:
             if lease.lost:
                 raise LeaseLost(lease.id, lease.lost)
-            client.release(lease.id)
+            row = client.release(lease.id)
+            if isinstance(row, dict):
+                lease.tainted = row.get("tainted") or lease.tainted
         except EnvctlError:
             if not failed:  # the block's own exception wins; ours would only hide it
                 raise
 
 
 __all__ = ["Lease", "LeaseClient", "LeaseLost", "NoFreeInstance", "NoSuchLease", "held", "find_server",
-           "running_server_url", "server_record", "validate_ttl", "validate_wait", "validate_max_seconds",
-           "DEFAULT_TTL", "MAX_TTL", "MAX_WAIT"]
+           "running_server_url", "server_record", "iso_time", "validate_ttl", "validate_wait", "validate_max_seconds",
+           "validate_access", "DEFAULT_TTL", "MAX_TTL", "MAX_WAIT"]

@@ -1,8 +1,9 @@
 """The pool's HTTP face: the lease routes of ``envctl serve --instances N`` (on one machine or a swarm).
 
 - ``POST /leases`` (JSON object, all optional: ``sites`` list, ``ttl`` s, ``holder``, ``wait`` s up to
-  :data:`~envctl.leases.client.MAX_WAIT`, ``max_seconds``) -> 201 with the lease; 503 + Retry-After
-  when no instance is free (or the pool is still starting); 400 for bad input;
+  :data:`~envctl.leases.client.MAX_WAIT`, ``max_seconds``, ``access``: ``write`` (default) or ``read``) -> 201 with
+  the lease; 503 + Retry-After when no instance is free (or the pool is still starting), within ``wait`` plus a few
+  seconds whatever the engine does; 400 for bad input;
 - ``POST /leases/<id>/heartbeat`` (optional ``ttl``), ``DELETE /leases/<id>``, ``GET /leases/<id>``;
   404 for an unknown id, 409 (and why) for one whose lease ended;
 - ``GET /leases/<id>/reset`` (BrowserGym's ``full_reset``: answered when the reset has ended,
@@ -24,7 +25,7 @@ from envctl.leases.pool import FULL_RESET_WAIT, Pool
 
 MAX_BODY = 65536
 MAX_DEPTH = 16  # nesting of a request's JSON: a lease request is flat
-LEASE_KEYS = {"sites", "ttl", "holder", "wait", "max_seconds"}
+LEASE_KEYS = {"sites", "ttl", "holder", "wait", "max_seconds", "access"}
 
 
 @dataclass
@@ -146,14 +147,15 @@ class LeaseRoutes:
         base = self.base_url()
         lease = self.pool.acquire(_sites(data.get("sites")), ttl=data.get("ttl"), holder=(holder or client)[:200],
                                   wait=data.get("wait"), max_seconds=data.get("max_seconds"),
-                                  full_reset=lambda lid: f"{base}/leases/{lid}")
+                                  full_reset=lambda lid: f"{base}/leases/{lid}", access=data.get("access"))
         return as_json(201, lease.to_dict())
 
     def get(self, parts: list[str], query: Any, body: Any, client: str) -> Reply:
-        self.pool._find(parts[1])  # 404 / 409 with why
-        row = next((r for r in self.pool.leases() if r.get("id") == parts[1]), None)
-        if row is None:
-            raise NoSuchLease(parts[1])
+        m = self.pool._find(parts[1])  # 404 / 409 with why
+        with self.pool.cond:
+            if parts[1] not in m.leases:
+                raise NoSuchLease(parts[1])
+            row = self.pool._row(m, parts[1])
         if (query.get("auth") or [""])[0] in ("1", "true", "yes"):  # the login state as it is now (after a reset)
             row = {**row, "auth": self.pool.lease_auth(parts[1])}
         return as_json(200, row)

@@ -73,6 +73,9 @@ class Members:
 
         m.lab.write_lease(update)
 
+    def update(self, m: Member, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        return m.lab.write_lease(change)
+
     def bring_up(self, pool: Pool, members: list[Member]) -> None:
         catalog = members[0].lab.catalog
         sites = catalog.resolve(self.sites, all_sites=not self.sites)

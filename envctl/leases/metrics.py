@@ -38,6 +38,14 @@ class Stats:
     verifications_skipped: int = 0  # sites not verified again: nothing but envctl reached them since they verified
     resets_skipped: int = 0  # leased sites not reset at release: nobody reached them during the lease
     node_losses: int = 0  # nodes seen going from ready to down (a pool on a swarm)
+    signal_reads: int = 0  # readings of a member's change signals (one step per site, side by side)
+    signals: int = 0  # site signals read (each is hashed as a fingerprint is: taken out of the fingerprints' count)
+    given_up: int = 0  # candidates whose checks did not end within their request's time (answered without them)
+    quarantined: int = 0  # free members that failed the background re-verification
+    reverified: int = 0  # background re-verifications of free members
+    reverify_deferred: int = 0  # background re-verifications put off: the host was busy (its load average)
+    tainted: int = 0  # read leases that overlapped a change of their shared instance
+    moved: int = 0  # members taken off a paused node and brought up on another
 
     def reset(self, tier: str, ok: bool, seconds: float) -> None:
         key = (tier, "true" if ok else "false")
@@ -101,12 +109,27 @@ def prometheus(summary: dict[str, Any], stats: Stats, nodes: dict[str, Any] | No
            [({**p, "instance": i, "error": e[:200]}, 1) for i, e in sorted(s.get("failing", {}).items())])
     metric("envctl_verifications_total", "counter", "Site verifications (fingerprint passes) the pool ran.",
            [(p, stats.verifications)])
-    metric("envctl_verifications_skipped_total", "counter", "Sites not verified again: the proxy saw no request "
-           "but envctl's own reach them, on the same copy, since they last verified.", [(p, stats.verifications_skipped)])
+    metric("envctl_verifications_skipped_total", "counter", "Sites not fingerprinted again: their change signal (or, "
+           "without a fingerprint, their probes) showed no change since they were last known pristine.",
+           [(p, stats.verifications_skipped)])
+    metric("envctl_signal_reads_total", "counter", "Readings of a member's change signals.", [(p, stats.signal_reads)])
+    metric("envctl_checks_given_up_total", "counter", "Candidates whose checks did not end within their request's time "
+           "(the request answered without them; no lease record written).", [(p, stats.given_up)])
+    metric("envctl_quarantined_total", "counter", "Free members that failed the background re-verification "
+           "(quarantined, then rebuilt).", [(p, stats.quarantined)])
+    metric("envctl_reverifications_total", "counter", "Background re-verifications of free members.",
+           [(p, stats.reverified)])
+    metric("envctl_reverifications_deferred_total", "counter", "Background re-verifications put off because the host's "
+           "load average was at or above the limit.", [(p, stats.reverify_deferred)])
+    metric("envctl_tainted_leases_total", "counter", "Read leases that overlapped a change of their shared instance.",
+           [(p, stats.tainted)])
+    metric("envctl_leases_read", "gauge", "Read leases held now (on shared instances).", [(p, s.get("leases_read", 0))])
+    metric("envctl_members_moved_total", "counter", "Instances taken off a paused node and brought up on another.",
+           [(p, stats.moved)])
     metric("envctl_resets_skipped_total", "counter", "Leased sites not reset at release: no request reached them "
            "during the lease.", [(p, stats.resets_skipped)])
     metric("envctl_fingerprints_total", "counter", "Fingerprints this server process computed (the pool's "
-           "verifications and the resets' own).", [(p, fingerprints_computed())])
+           "verifications and the resets' own; change signals not counted).", [(p, summary["fingerprints"])])
     metric("envctl_resets_total", "counter", "Site resets by the tier that ended them and whether they verified.",
            [({**p, "tier": t, "ok": ok}, n) for (t, ok), n in sorted(stats.resets.items())])
     out.append("# HELP envctl_reset_seconds Site reset latency (verified), by tier.")

@@ -316,12 +316,13 @@ def chain(site: Site, first: str | None = None, *, cpu_short: bool = False) -> l
 
 
 def reset_site(inst: Instance, logins: Logins, site: str, *, tier: str | None = None, wait: bool = True,
-               progress: Progress = noop, refill: bool = True, defer_login: bool = False) -> ResetResult:
+               progress: Progress = noop, refill: bool = True, defer_login: bool = False,
+               cheapest: bool = False) -> ResetResult:
     """Reset ``site`` through its tiers until one verifies. ``refill``: a detached worker removes the dirty copy
     and boots the ready copies the site keeps (else the dirty copy is removed before returning).
     ``defer_login``: the caller renews the login files (a multi-site reset does it once, after every site has
     its final copy, so files pairing two sites are not made against a copy being replaced)."""
-    tiers = chain(inst.catalog.site(site), tier, cpu_short=tier is None and busy())
+    tiers = chain(inst.catalog.site(site), tier, cpu_short=cheapest and tier is None and busy())
     start = time.monotonic()
     r = Reset(inst, logins, site, progress)
     escalations: list[str] = []
