@@ -22,7 +22,7 @@ from envctl.leases.client import LeaseLost, NoSuchLease, iso_time, validate_ttl
 from envctl.leases.known import first_line
 from envctl.leases.metrics import Stats
 from envctl.leases.states import (BROKEN, FREE, FULL_RESET_WAIT, HELD, LEASED, READ, RELEASING, SHARED, STARTING,
-                                  Conflict, Member, MemberStore, leases_of, shared_summary)
+                                  Conflict, PoolMember, MemberStore, leases_of, shared_summary)
 
 RELEASE_READING = 8.0  # seconds a read release waits for its reading of the signals before it answers without
 
@@ -34,7 +34,7 @@ class Holds:
     store: MemberStore
     stats: Stats
     cond: threading.Condition
-    members: dict[str, Member]
+    members: dict[str, PoolMember]
     ended: OrderedDict[str, str]
     node_states: dict[str, str]
     heal_after: float
@@ -52,11 +52,11 @@ class Holds:
     _touched: Callable[..., list[str]]  # Pool
     _reading: Callable[..., str]  # Known
     _known_dirty: Callable[..., dict[str, str]]  # Known
-    _lose: Callable[[Member, str], None]  # Watch
+    _lose: Callable[[PoolMember, str], None]  # Watch
     _rebuild: Callable[..., None]  # Watch
 
     # -- held leases ----------------------------------------------------------------------------------------
-    def _find(self, lease_id: str) -> Member:
+    def _find(self, lease_id: str) -> PoolMember:
         """The member holding ``lease_id``; 409 (:class:`LeaseLost`) when it ended, 404 when unknown."""
         with self.cond:
             for m in self.members.values():
@@ -67,7 +67,7 @@ class Holds:
             raise LeaseLost(lease_id, why)
         raise NoSuchLease(lease_id)
 
-    def _recorded(self, m: Member, lease_id: str, fields: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def _recorded(self, m: PoolMember, lease_id: str, fields: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
         """A record change: ``fields`` set on the stored lease ``lease_id`` (Conflict when the record has it not)."""
         def change(rec: dict[str, Any]) -> dict[str, Any]:
             access, leases = leases_of(rec)
@@ -106,7 +106,7 @@ class Holds:
         with self.cond:
             return self._row(m, lease_id)
 
-    def _expire(self, m: Member) -> None:
+    def _expire(self, m: PoolMember) -> None:
         """The watchdog's look at one held member: leases past their expiry (no heartbeat) or their max_seconds."""
         now = time.time()
         for lid, lease in list(m.leases.items()):
@@ -142,7 +142,7 @@ class Holds:
         self._begin_release(m, background=background)
         return row
 
-    def _release_reader(self, m: Member, lease_id: str) -> dict[str, Any]:
+    def _release_reader(self, m: PoolMember, lease_id: str) -> dict[str, Any]:
         """A read lease ends: the member's signals are read first (bounded by :data:`RELEASE_READING`), so the answer
         says whether a change overlapped it; the last reader's release checks (and resets) the member."""
         box: dict[str, Any] = {}
@@ -171,7 +171,7 @@ class Holds:
                  + (f" (tainted: {row['tainted']})" if row["tainted"] else "") + ("; the last reader" if last else ""))
         return row
 
-    def _drop_reader(self, m: Member, lease_id: str, why: str, *, read: bool = False) -> bool:
+    def _drop_reader(self, m: PoolMember, lease_id: str, why: str, *, read: bool = False) -> bool:
         """Remove one read lease (ended with ``why``) from the member and its record; True when it was the last (the
         member is then checked and freed). ``read``: its own reading was just taken, so a later change is not its."""
         def change(rec: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +201,7 @@ class Holds:
             self._spawn(self._reclaim, m, False)
         return last
 
-    def _begin_release(self, m: Member, *, force: bool = False, background: bool = True) -> None:
+    def _begin_release(self, m: PoolMember, *, force: bool = False, background: bool = True) -> None:
         """Send ``m`` to release (any state but releasing): every lease on it ends (the caller said why), its record
         says releasing, and it is reset and verified (``force``: every site recreated) before it is free again."""
         with self.cond:
@@ -220,7 +220,7 @@ class Holds:
         else:
             self._reclaim(m, force)
 
-    def _restore(self, m: Member, always: list[str], *, tier: str | None = None) -> str:
+    def _restore(self, m: PoolMember, always: list[str], *, tier: str | None = None) -> str:
         """Reset the sites of ``always`` the proxy saw reached since the member was last known pristine (all of them
         for a forced ``tier``), and every other site not known pristine that does not verify; then read the reset
         sites' signals and fingerprint them. '' when all of it verified, else why not."""
@@ -257,10 +257,10 @@ class Holds:
                 m.seen = type(before)(before.process, before.counts, after.routes, after.sites)
         return error
 
-    def _paused(self, m: Member) -> bool:
+    def _paused(self, m: PoolMember) -> bool:
         return bool(m.node) and self.node_states.get(m.node) == "pause"
 
-    def _reclaim(self, m: Member, force: bool = False) -> None:
+    def _reclaim(self, m: PoolMember, force: bool = False) -> None:
         """Check the member after its leases ended, reset what changed, free it when all verified; moved to another
         node instead when its node is paused."""
         t = time.monotonic()
@@ -275,7 +275,7 @@ class Holds:
         error = self._restore(m, list(m.reset_sites), tier="recreate" if force else None)
         self._settle(m, error, what=f"reset and verified in {time.monotonic() - t:.1f}s")
 
-    def _settle(self, m: Member, error: str, *, what: str) -> None:
+    def _settle(self, m: PoolMember, error: str, *, what: str) -> None:
         """The end of a release (or a rebuild): free when ``error`` is '', else broken (retried with a recreate).
         The store first, then memory: an acquirer never sees FREE before the store does."""
         try:
@@ -300,7 +300,7 @@ class Holds:
         else:
             self.log(f"pool {self.name}: {m.name} {what}; free")
 
-    def _move(self, m: Member, why: str) -> None:
+    def _move(self, m: PoolMember, why: str) -> None:
         """Take the member down where it runs and bring it up on another node (its node is paused)."""
         with self.cond:
             if m.state not in (FREE, RELEASING):

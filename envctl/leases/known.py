@@ -16,7 +16,7 @@ when they are not. A mixin of :class:`envctl.leases.pool.Pool`.
 - **Readers share, writers own** (issue 40, :meth:`Known._reading`): a shared member's signals are read when sharing
   starts (the check of its first reader), when a reader joins, on every probe round of the watch and at each reader's
   release. A reading whose signals moved fingerprints those sites; when one no longer verifies, every read lease held
-  at that moment or since the last reading that found nothing (``Member.window``) is *tainted* (told on its heartbeat,
+  at that moment or since the last reading that found nothing (``PoolMember.window``) is *tainted* (told on its heartbeat,
   in its release's answer, counted), and the member takes no more readers. A change between two readings is
   attributed to every reader of that window: the pool cannot tell which reader wrote.
 """
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from envctl.errors import EnvctlError
 from envctl.leases.metrics import Stats
-from envctl.leases.states import (CHECKING, FREE, QUARANTINED, SHARED, Attempt, Member, MemberStore)
+from envctl.leases.states import (CHECKING, FREE, QUARANTINED, SHARED, Attempt, PoolMember, MemberStore)
 
 
 def first_line(exc: BaseException) -> str:
@@ -50,7 +50,7 @@ class Known:
     store: MemberStore
     stats: Stats
     cond: threading.Condition
-    members: dict[str, Member]
+    members: dict[str, PoolMember]
     node_states: dict[str, str]
     log: Callable[[str], None]
     reverify_every: float
@@ -78,7 +78,7 @@ class Known:
         ports = act.sites.get(site) or []
         return ",".join(str(act.routes.get(p, "")) for p in sorted(ports))
 
-    def _known_dirty(self, m: Member, sites: list[str], *, full: bool = False) -> dict[str, str]:
+    def _known_dirty(self, m: PoolMember, sites: list[str], *, full: bool = False) -> dict[str, str]:
         """Site -> why it is not pristine, for those of ``sites`` that are not. The proxy's routes and every signal are
         read first (one step per site, side by side); then only the sites whose (copy, signal) is not the one recorded
         when they were last known pristine (or that have a fingerprint and no signal; every one with ``full``) are
@@ -104,7 +104,7 @@ class Known:
         return dict(dirty)
 
     # -- readers share: who overlapped a change -------------------------------------------------------------
-    def _reading(self, m: Member, *, wait: bool = True) -> str:
+    def _reading(self, m: PoolMember, *, wait: bool = True) -> str:
         """Read a shared member's signals now (fingerprinting what moved): the change found ('' for none). A change
         taints every read lease of the window, and the member takes no more readers. One reading at a time per
         member; without ``wait``, none when one runs already."""
@@ -118,13 +118,13 @@ class Known:
         finally:
             m.read_lock.release()
 
-    def _clean(self, m: Member, held: set[str]) -> str:
+    def _clean(self, m: PoolMember, held: set[str]) -> str:
         """A reading that found nothing: the next window is the read leases held when it read, and those since."""
         with self.cond:
             m.window = held | set(m.leases)
             return m.taint
 
-    def _found(self, m: Member, dirty: dict[str, str]) -> str:
+    def _found(self, m: PoolMember, dirty: dict[str, str]) -> str:
         with self.cond:
             why = "; ".join(f"{s}: {short(d)}" for s, d in sorted(dirty.items()))
             m.taint = m.taint or why
@@ -136,7 +136,7 @@ class Known:
             self._taint(m, lid, why, sorted(dirty))
         return why
 
-    def _taint(self, m: Member, lease_id: str, why: str, sites: list[str]) -> None:
+    def _taint(self, m: PoolMember, lease_id: str, why: str, sites: list[str]) -> None:
         """Mark one read lease tainted (once): a notice on it, or, when it has ended, its 409's why."""
         with self.cond:
             lease = m.leases.get(lease_id)
@@ -160,13 +160,13 @@ class Known:
                 if ended is not None:
                     self.ended[lease_id] = f"{ended} (tainted: {why})"
 
-    def _read_shared(self, members: list[Member]) -> None:
+    def _read_shared(self, members: list[PoolMember]) -> None:
         """The watch's round: a reading of every shared member (each in its own thread, one at a time per member)."""
         for m in members:
             if m.state == SHARED and not m.taint and not m.read_lock.locked():
                 self._spawn(self._reading_logged, m)
 
-    def _reading_logged(self, m: Member) -> None:
+    def _reading_logged(self, m: PoolMember) -> None:
         try:
             self._reading(m, wait=False)
         except Exception as exc:  # noqa: BLE001 - the engine hiccuped: the next round reads again
@@ -202,7 +202,7 @@ class Known:
             self.next_reverify = time.monotonic() + self.reverify_every
         self._spawn(self._reverify, m)
 
-    def _reverify(self, m: Member) -> None:
+    def _reverify(self, m: PoolMember) -> None:
         """Probes (one pass: a site failing them is the watch's to heal, not a reason to wait here), then every
         fingerprint; quarantined when one differs."""
         try:
@@ -221,7 +221,7 @@ class Known:
                 m.state, m.attempt = FREE, None
             self.cond.notify_all()
 
-    def _quarantine(self, m: Member, dirty: list[str]) -> None:
+    def _quarantine(self, m: PoolMember, dirty: list[str]) -> None:
         """A free member that failed its re-verification: quarantined (never handed out), counted, and rebuilt."""
         why = "; ".join(dirty)
         sites = sorted({d.split(":", 1)[0] for d in dirty if d.split(":", 1)[0] in m.sites})
@@ -239,7 +239,7 @@ class Known:
             self.log(f"pool {self.name}: could not record the quarantine of {m.name}: {first_line(exc)}")
         self._spawn(self._rebuild_quarantined, m)
 
-    def _rebuild_quarantined(self, m: Member) -> None:
+    def _rebuild_quarantined(self, m: PoolMember) -> None:
         """Reset the quarantined member's failing sites by recreate (every site when the failure names none), then
         verify every site (probes, every fingerprint); free when it all verifies, else broken (retried)."""
         sites = list(m.quarantine.get("sites") or m.sites)

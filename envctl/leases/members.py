@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from envctl.catalog import Catalog
 from envctl.errors import EnvctlError, UsageError
-from envctl.leases.pool import FREE, Conflict, Member, Pool
+from envctl.leases.pool import FREE, Conflict, PoolMember, Pool
 from envctl.locks import state_dir
 from envctl.validate import PORT_OFFSET_MAX, validate_instance_name
 
@@ -53,10 +53,10 @@ class Members:
     def make(self, name: str) -> Any:
         return self.make_lab(name)
 
-    def target(self, m: Member) -> list[str]:
+    def target(self, m: PoolMember) -> list[str]:
         return m.lab.catalog.resolve(self.sites, all_sites=not self.sites)
 
-    def claim(self, m: Member, pool: str) -> tuple[dict[str, Any], list[str]]:
+    def claim(self, m: PoolMember, pool: str) -> tuple[dict[str, Any], list[str]]:
         def update(rec: dict[str, Any]) -> dict[str, Any] | None:
             if rec.get("pool") not in (None, pool):
                 raise UsageError(f"instance '{m.name}' belongs to pool '{rec['pool']}'",
@@ -65,7 +65,7 @@ class Members:
 
         return m.lab.write_lease(update), m.lab.sites_up()
 
-    def store(self, m: Member, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None) -> None:
+    def store(self, m: PoolMember, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None) -> None:
         def update(rec: dict[str, Any]) -> dict[str, Any]:
             if expect is not None and not expect(rec):
                 raise Conflict(f"the lease record of {m.name} changed under us: {rec.get('state')}")
@@ -73,10 +73,10 @@ class Members:
 
         m.lab.write_lease(update)
 
-    def update(self, m: Member, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def update(self, m: PoolMember, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         return m.lab.write_lease(change)
 
-    def bring_up(self, pool: Pool, members: list[Member]) -> None:
+    def bring_up(self, pool: Pool, members: list[PoolMember]) -> None:
         catalog = members[0].lab.catalog
         sites = catalog.resolve(self.sites, all_sites=not self.sites)
         fresh = [m for m in members if m.lab.settings() is None]
@@ -84,7 +84,7 @@ class Members:
             offsets = dict(zip((m.name for m in fresh), self._free_offsets(fresh, sites, catalog)))
             self._claimed.update(offsets)
 
-        def up(m: Member) -> None:
+        def up(m: PoolMember) -> None:
             t = time.monotonic()
             offset = offsets.get(m.name)
             pool.log(f"pool {pool.name}: bringing {m.name} up (flavor {self.flavor or 'full'}, "
@@ -110,7 +110,7 @@ class Members:
         for w in workers:
             w.join()
 
-    def _free_offsets(self, members: list[Member], sites: list[str], catalog: Catalog) -> list[int]:
+    def _free_offsets(self, members: list[PoolMember], sites: list[str], catalog: Catalog) -> list[int]:
         """A port offset per member whose public ports (for ``sites``) are free and clash with no instance."""
         if not members:
             return []

@@ -46,7 +46,7 @@ from envctl.leases.known import Known, first_line
 from envctl.leases.metrics import Stats, fingerprints_computed, percentile, prometheus
 from envctl.leases.states import (BROKEN, CHECKING, ENDED_KEPT, FREE, FULL_RESET_WAIT, HELD, LEASED,  # noqa: F401
                                   QUARANTINED, READ, RECORD_KEYS, RELEASING, SHARED, STARTING, STATES, WRITE, Attempt,
-                                  Conflict, Member, MemberStore, PoolLab, leases_of, shared_summary)
+                                  Conflict, PoolMember, MemberStore, PoolLab, leases_of, shared_summary)
 from envctl.leases.watch import Watch
 from envctl.validate import validate_instance_name
 
@@ -87,7 +87,7 @@ class Pool(Watch, Known, Holds):
         self.next_reverify = time.monotonic() + reverify_every
         self.answer_slack = answer_slack
         self.log = log
-        self.members: dict[str, Member] = {}
+        self.members: dict[str, PoolMember] = {}
         self.ended: OrderedDict[str, str] = OrderedDict()  # lease id -> why it ended
         self.tainted_ended: dict[str, str] = {}  # read leases found tainted after they ended
         self.stats = Stats()
@@ -102,11 +102,11 @@ class Pool(Watch, Known, Holds):
         self.waiting = {READ: 0, WRITE: 0}  # acquires waiting for a member, by access
 
     # -- membership ------------------------------------------------------------------------------
-    def _member(self, name: str) -> Member:
+    def _member(self, name: str) -> PoolMember:
         with self.cond:
             m = self.members.get(name)
             if m is None:
-                m = self.members[name] = Member(name, self.store.make(name))
+                m = self.members[name] = PoolMember(name, self.store.make(name))
             return m
 
     def load(self, *, resume: bool = True) -> None:
@@ -141,10 +141,10 @@ class Pool(Watch, Known, Holds):
         if todo:
             self.store.bring_up(self, todo)
 
-    def _half_made(self, m: Member) -> bool:
+    def _half_made(self, m: PoolMember) -> bool:
         return not set(self.store.target(m)) <= set(m.sites)
 
-    def _adopt(self, m: Member, *, resume: bool = True) -> None:
+    def _adopt(self, m: PoolMember, *, resume: bool = True) -> None:
         """Take the member as its record says (what a restarted server does, and every bring-up's end)."""
         rec, sites = self.store.claim(m, self.name)
         try:
@@ -184,7 +184,7 @@ class Pool(Watch, Known, Holds):
             m.retry_at = 0.0
 
     @staticmethod
-    def _restarted_since(m: Member, when: float) -> bool:
+    def _restarted_since(m: PoolMember, when: float) -> bool:
         """Whether the member's front proxy started after ``when`` (Unix time): what a reboot or an engine restart
         does to a held instance, and a restarted server does not."""
         act = m.lab.activity([])
@@ -193,7 +193,7 @@ class Pool(Watch, Known, Holds):
         except (IndexError, ValueError):
             return False
 
-    def came_up_failed(self, m: Member, error: str) -> None:
+    def came_up_failed(self, m: PoolMember, error: str) -> None:
         """``m`` failed to come up: broken, retried later; counted, and its error shown (status, 503s, metrics)."""
         with self.cond:
             m.state, m.error = BROKEN, error
@@ -203,7 +203,7 @@ class Pool(Watch, Known, Holds):
             self.cond.notify_all()
         self.log(f"pool {self.name}: {m.name} failed to come up: {error}")
 
-    def _retry(self, m: Member) -> None:
+    def _retry(self, m: PoolMember) -> None:
         """A broken member again: brought up when it lacks sites (or is gone), else reset by recreating."""
         if not m.lab.present() or self._half_made(m) or m.failures:  # never came up: 'up' again (it repairs)
             with self.cond:
@@ -212,7 +212,7 @@ class Pool(Watch, Known, Holds):
         else:
             self._begin_release(m, force=True)
 
-    def _write(self, m: Member, expect: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def _write(self, m: PoolMember, expect: Callable[[dict[str, Any]], bool] | None = None) -> None:
         """Record ``m`` in the store as memory has it; with ``expect``, only if the stored record passes it
         (compare-and-set across processes)."""
         self.store.store(m, m.record(self.name), expect)
@@ -326,16 +326,16 @@ class Pool(Watch, Known, Holds):
             out |= set(m.sites) | set(self.store.target(m))
         return out
 
-    def _usable_node(self, m: Member) -> bool:
+    def _usable_node(self, m: PoolMember) -> bool:
         """Whether ``m``'s node takes new leases: ready and active (a paused node keeps only the leases held there)."""
         return self.node_states.get(m.node, "ready") == "ready"
 
-    def _pick(self, wanted: list[str] | None, access: str, may_wait: bool = False) -> Member | None:
+    def _pick(self, wanted: list[str] | None, access: str, may_wait: bool = False) -> PoolMember | None:
         """A member for a new lease: for a reader, the shared member with the most readers and room (packing), else
         (``may_wait``) one another reader is opening a share on and that has room (the caller waits for it), else the
         free one first by name; for a writer, the free one last by name (readers and writers keep to opposite ends of
         the pool, so a share freed a moment ago is the one the next reader opens again)."""
-        def fits(m: Member) -> bool:
+        def fits(m: PoolMember) -> bool:
             return (wanted is None or set(wanted) <= set(m.sites)) and self._usable_node(m)
 
         members = sorted(self.members.values(), key=lambda x: x.name)
@@ -401,10 +401,10 @@ class Pool(Watch, Known, Holds):
             with self.cond:
                 self.waiting[access] -= 1
 
-    def _candidate(self, wanted: list[str] | None, access: str, deadline: float, note: str) -> tuple[Member, Attempt]:
+    def _candidate(self, wanted: list[str] | None, access: str, deadline: float, note: str) -> tuple[PoolMember, Attempt]:
         """A member to check for a new lease, marked as being checked (a free one: CHECKING; a shared one: one more
         joining); waits for one until ``deadline``, then raises :class:`NoFreeInstance`."""
-        reserved: Member | None = None  # a share being opened that this reader waits for (a place kept on it)
+        reserved: PoolMember | None = None  # a share being opened that this reader waits for (a place kept on it)
         with self.cond:
             while True:
                 if reserved is not None:
@@ -450,7 +450,7 @@ class Pool(Watch, Known, Holds):
                 parts.append(f"{count[s]} {s}")
         return ", ".join(parts)
 
-    def _attempt(self, m: Member, attempt: Attempt, answer_by: float, terms: dict[str, Any]) -> Lease | None:
+    def _attempt(self, m: PoolMember, attempt: Attempt, answer_by: float, terms: dict[str, Any]) -> Lease | None:
         """Check ``m`` for a lease and write its record, in a thread waited for until ``answer_by``: the lease, or None
         when the candidate was given up (it did not verify, another process took it, or its checks ran out of time:
         they end in the background then, and leave no record)."""
@@ -478,7 +478,7 @@ class Pool(Watch, Known, Holds):
         lease: Lease | None = box.get("lease")
         return lease
 
-    def _prepare(self, m: Member, attempt: Attempt, terms: dict[str, Any]) -> Lease | None:
+    def _prepare(self, m: PoolMember, attempt: Attempt, terms: dict[str, Any]) -> Lease | None:
         """The attempt's work (in its own thread): the checks, the lease composed, then the record (compare-and-set)."""
         opening = attempt.opening
         try:
@@ -508,7 +508,7 @@ class Pool(Watch, Known, Holds):
             raise
         return self._commit(m, attempt, opening, lid, lease, out)
 
-    def _commit(self, m: Member, attempt: Attempt, opening: bool, lid: str, lease: dict[str, Any],
+    def _commit(self, m: PoolMember, attempt: Attempt, opening: bool, lid: str, lease: dict[str, Any],
                 out: Lease) -> Lease | None:
         """Write the lease into the member's record (compare-and-set: a write lease only on a free record, a reader
         on a free record it opens or on the shared one it joins), then into memory; nothing when the request was
@@ -557,7 +557,7 @@ class Pool(Watch, Known, Holds):
             self._take_back(m, attempt, opening, lid)
             return None
 
-    def _take_back(self, m: Member, attempt: Attempt, opening: bool, lid: str) -> None:
+    def _take_back(self, m: PoolMember, attempt: Attempt, opening: bool, lid: str) -> None:
         """The request was answered while its record was being written: remove the lease from the record again."""
         def change(rec: dict[str, Any]) -> dict[str, Any]:
             access, leases = leases_of(rec)
@@ -573,7 +573,7 @@ class Pool(Watch, Known, Holds):
         self.log(f"pool {self.name}: a lease on {m.name} was written after its request was answered; taken back")
         self._let_go(m, attempt, opening)
 
-    def _let_go(self, m: Member, attempt: Attempt, opening: bool, *, forget: bool = False, locked: bool = False) -> None:
+    def _let_go(self, m: PoolMember, attempt: Attempt, opening: bool, *, forget: bool = False, locked: bool = False) -> None:
         """The attempt ends without a lease: an opened member is free again (``forget``: its sites are checked in
         full by the next acquire, as after an error), a joined one has one joiner less."""
         def undo() -> None:
@@ -593,14 +593,14 @@ class Pool(Watch, Known, Holds):
             with self.cond:
                 undo()
 
-    def _found_dirty(self, m: Member, dirty: list[str]) -> None:
+    def _found_dirty(self, m: PoolMember, dirty: list[str]) -> None:
         """A free member that did not verify when about to be leased: sent to release (reset, verified)."""
         self.stats.dirty += 1
         self.log(f"pool {self.name}: {m.name} is not pristine ({'; '.join(dirty)}); resetting it before anyone "
                  "leases it")
         self._begin_release(m)
 
-    def _check_pristine(self, m: Member, *, full: bool = False) -> list[str]:
+    def _check_pristine(self, m: PoolMember, *, full: bool = False) -> list[str]:
         """Why the member may not be handed out: its sites' probes (waited for, as a site may still be settling), then
         every site not known pristine (:meth:`Known._known_dirty`; ``full``: every fingerprint)."""
         ok, bad = wait_for(lambda: (not (p := m.lab.problems(list(m.sites))), p),
@@ -615,7 +615,7 @@ class Pool(Watch, Known, Holds):
         m.seen, m.checked_at = before, time.monotonic()
         return []
 
-    def _touched(self, m: Member, sites: list[str], now: Any) -> list[str]:
+    def _touched(self, m: PoolMember, sites: list[str], now: Any) -> list[str]:
         """The sites of ``sites`` the proxy saw reached since ``m.seen`` by anyone but envctl, or now served by another
         copy (a heal, a restarted proxy): a cheap first look (which leased sites a release resets), never the proof
         that the others are pristine. A read-only site (reset tier 'none') changes only with its copy. Without a
@@ -644,7 +644,7 @@ class Pool(Watch, Known, Holds):
         busy = [m for m in self.members.values() if m.state in (RELEASING, STARTING, BROKEN, QUARANTINED)]
         return 10 if self.starting or any(m.state == STARTING for m in busy) or not self.members else 2 if busy else 5
 
-    def _lease_of(self, m: Member, lid: str, rec: dict[str, Any], full_reset: Callable[[str], str] | None) -> Lease:
+    def _lease_of(self, m: PoolMember, lid: str, rec: dict[str, Any], full_reset: Callable[[str], str] | None) -> Lease:
         sites: list[str] = list(rec["sites"])
         url = full_reset(lid) if full_reset else None
         env = m.lab.harness(sites, url)
@@ -659,7 +659,7 @@ class Pool(Watch, Known, Holds):
         m = self._find(lease_id)
         return self._auth(m, list(m.leases.get(lease_id, {}).get("sites") or m.sites))
 
-    def _auth(self, m: Member, sites: list[str]) -> dict[str, Any]:
+    def _auth(self, m: PoolMember, sites: list[str]) -> dict[str, Any]:
         """The login state (storage_state JSON) of every file touching the leased login sites."""
         catalog = m.lab.catalog
         with_login = [s for s in sites if catalog.site(s).login]
@@ -681,7 +681,7 @@ class Pool(Watch, Known, Holds):
         return out
 
     # -- views -----------------------------------------------------------------------------------
-    def _lease_row(self, m: Member, lid: str) -> dict[str, Any]:
+    def _lease_row(self, m: PoolMember, lid: str) -> dict[str, Any]:
         lease = m.leases.get(lid, {})
         expires = float(lease.get("expires", 0))
         row: dict[str, Any] = {"instance": m.name, "state": m.state, "id": lid, "holder": lease.get("holder", ""),
@@ -698,7 +698,7 @@ class Pool(Watch, Known, Holds):
             row["tainted"] = lease["tainted"]
         return row
 
-    def _row(self, m: Member, lid: str | None = None) -> dict[str, Any]:
+    def _row(self, m: PoolMember, lid: str | None = None) -> dict[str, Any]:
         """One member's row; with ``lid``, that lease's fields at the top (what a heartbeat and a release answer)."""
         row: dict[str, Any] = {"instance": m.name, "state": m.state, "sites": list(m.sites), "error": m.error,
                                "healing": sorted(m.healing)}
@@ -783,5 +783,5 @@ class Pool(Watch, Known, Holds):
         return prometheus(s, self.stats, s.get("nodes"))
 
 
-__all__ = ["Pool", "MemberStore", "Member", "PoolLab", "Conflict", "FREE", "LEASED", "SHARED", "RELEASING", "BROKEN",
+__all__ = ["Pool", "MemberStore", "PoolMember", "PoolLab", "Conflict", "FREE", "LEASED", "SHARED", "RELEASING", "BROKEN",
            "STARTING", "CHECKING", "QUARANTINED", "FULL_RESET_WAIT", "ANSWER_SLACK", "default_readers", "first_line"]

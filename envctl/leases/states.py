@@ -87,7 +87,7 @@ class Attempt:
 
 
 @dataclass
-class Member:
+class PoolMember:
     """One instance of the pool, as the server tracks it (its record is mirrored in the store)."""
 
     name: str
@@ -173,23 +173,23 @@ class MemberStore(Protocol):
 
     def make(self, name: str) -> PoolLab: ...
 
-    def target(self, m: Member) -> list[str]:
+    def target(self, m: PoolMember) -> list[str]:
         """The sites the member should run."""
 
-    def bring_up(self, pool: Any, members: list[Member]) -> None:
+    def bring_up(self, pool: Any, members: list[PoolMember]) -> None:
         """(Re)start ``members`` (side by side); each ends adopted by the pool, or broken with its error."""
 
-    def claim(self, m: Member, pool: str) -> tuple[dict[str, Any], list[str]]:
+    def claim(self, m: PoolMember, pool: str) -> tuple[dict[str, Any], list[str]]:
         """The member's lease record (made ``{pool, free}`` when it has none) and the sites it runs."""
 
-    def store(self, m: Member, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None) -> None:
+    def store(self, m: PoolMember, record: dict[str, Any], expect: Callable[[dict[str, Any]], bool] | None) -> None:
         """Write the record; with ``expect``, only if the stored one passes it (else :class:`Conflict`)."""
 
-    def update(self, m: Member, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def update(self, m: PoolMember, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         """Read-modify-write the record: ``change`` gets the stored one and returns the new one, or raises
         :class:`Conflict` to leave it as it is."""
 
 
 __all__ = ["STARTING", "FREE", "CHECKING", "LEASED", "SHARED", "RELEASING", "QUARANTINED", "BROKEN", "STATES", "HELD",
            "READ", "WRITE", "FULL_RESET_WAIT", "ENDED_KEPT", "LEASE_KEYS", "RECORD_KEYS", "Conflict", "PoolLab",
-           "Attempt", "Member", "MemberStore", "shared_summary", "leases_of"]
+           "Attempt", "PoolMember", "MemberStore", "shared_summary", "leases_of"]

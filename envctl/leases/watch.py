@@ -17,7 +17,7 @@ from typing import Any, Callable
 from envctl.errors import EnvctlError
 from envctl.leases.client import iso_time
 from envctl.leases.metrics import Stats
-from envctl.leases.states import FREE, HELD, STARTING, Member, MemberStore
+from envctl.leases.states import FREE, HELD, STARTING, PoolMember, MemberStore
 
 NOTICES_KEPT = 20
 NODE_AGREES = 45.0  # seconds a rebuild waits for the manager to see a node that stopped answering as down
@@ -34,7 +34,7 @@ class Watch:
     node_states: dict[str, str]
     nodes_lost: set[str]
     log: Callable[[str], None]
-    _move: Callable[[Member, str], None]  # Holds
+    _move: Callable[[PoolMember, str], None]  # Holds
 
     def _spawn(self, fn: Callable[..., Any], *args: Any) -> threading.Thread:
         raise NotImplementedError
@@ -42,7 +42,7 @@ class Watch:
     def _end(self, lease_id: str, why: str) -> None:
         raise NotImplementedError
 
-    def _notice(self, m: Member, site: str, what: str, lease_id: str | None = None) -> None:
+    def _notice(self, m: PoolMember, site: str, what: str, lease_id: str | None = None) -> None:
         """Tell the holders of ``m`` (every lease holding ``site``, or only ``lease_id``) what happened to the site: a
         notice on the lease (in the heartbeat's answer and the lease listing)."""
         with self.cond:
@@ -54,7 +54,7 @@ class Watch:
                     notes.append({"site": site, "at": time.time(), "what": what})
                     del notes[:-NOTICES_KEPT]
 
-    def _watch_oom(self, m: Member) -> None:
+    def _watch_oom(self, m: PoolMember) -> None:
         """Count the copies of ``m`` the kernel killed for their memory limit since the last look; the holder is
         told, and a free member's sites are verified again before its next lease."""
         now = time.time()
@@ -67,7 +67,7 @@ class Watch:
             self.log(f"pool {self.name}: {m.name}/{site}: {member} was killed by its memory limit (out of memory)")
             self._notice(m, site, f"a copy of {site} was killed by its memory limit (out of memory) at {iso_time(when)}")
 
-    def _watch_nodes(self, members: list[Member]) -> None:
+    def _watch_nodes(self, members: list[PoolMember]) -> None:
         """The nodes' states (a pool on a swarm): each ready -> down transition is a node loss; the instances of a
         node down or drained are lost (their leases end with why), a free one on a paused node leaves it."""
         if not members or not any(m.node for m in members):
@@ -100,7 +100,7 @@ class Watch:
             self.stats.node_losses += 1
             self.log(f"pool {self.name}: node {node} is down")
 
-    def _probe(self, m: Member) -> None:
+    def _probe(self, m: PoolMember) -> None:
         for site in list(m.sites):
             if site in m.healing:
                 continue
@@ -119,7 +119,7 @@ class Watch:
                 m.healing.add(site)
                 self._spawn(self._heal, m, site, why)
 
-    def _lose(self, m: Member, why: str) -> None:
+    def _lose(self, m: PoolMember, why: str) -> None:
         """The member can no longer serve (removed, its node down or drained): its lease ends at once with why (409
         to its holder, ``LeaseLost``), and it is brought up again (on another node, on a swarm)."""
         with self.cond:
@@ -136,7 +136,7 @@ class Watch:
         self.log(f"pool {self.name}: {m.name} lost ({why}); bringing it up again")
         self._spawn(self._rebuild, m, m.node if "does not answer" in why else "")
 
-    def _rebuild(self, m: Member, node: str = "") -> None:
+    def _rebuild(self, m: PoolMember, node: str = "") -> None:
         """Remove what is left of ``m`` and bring it up again (placed anew on a swarm). ``node``: a node that stopped
         answering before the manager saw it down: the rebuild waits (up to :data:`NODE_AGREES` seconds) until the
         manager does, so the new instance is not placed on it."""
@@ -154,7 +154,7 @@ class Watch:
             self.log(f"pool {self.name}: removing what was left of {m.name} failed: {exc}")
         self.store.bring_up(self, [m])
 
-    def _heal(self, m: Member, site: str, why: str = "") -> None:
+    def _heal(self, m: PoolMember, site: str, why: str = "") -> None:
         try:
             [r] = m.lab.reset([site], tier="recreate", refill=m.lab.keeps_spares())
             self.stats.reset(r.tier, r.ok, r.seconds)
