@@ -65,6 +65,8 @@ bench: images
 	$(VENV)/bin/python bench/study.py
 	$(VENV)/bin/python bench/density.py
 	$(VENV)/bin/python bench/swarm.py
+	$(VENV)/bin/python bench/inplace.py
+	$(VENV)/bin/python bench/signals.py
 
 clean:
 	-$(ENVCTL) down --instance default

@@ -182,6 +182,10 @@ PARAM_KINDS: dict[str, tuple[st.SearchStrategy[str], tuple[str, ...]]] = {
     "base_offset": (st.one_of(BAD_INT, st.sampled_from(["60001"])), ("--base-offset", "offset")),
     "wait": (st.one_of(BAD_FLOAT, st.sampled_from(["3601"])), ("--wait",)),
     "lease_id": (BAD_NAME, ("lease",)),
+    "readers": (st.one_of(BAD_INT, st.sampled_from(["0", "257"])), ("--readers",)),
+    "reverify_every": (st.one_of(BAD_FLOAT, st.sampled_from(["86401"])), ("--reverify-every",)),
+    "reverify_load": (st.one_of(BAD_FLOAT, st.sampled_from(["10001"])), ("--reverify-load",)),
+    "access": (BAD_CHOICE, ("--access", "access")),
     "pattern": (st.sampled_from(["a/b", "../x", "a b", "é*", "$(id)", "x;y", "*" * 81, ""]), ("--match", "glob")),
 }
 # Free-form on purpose (paths the user picks, the argv run inside a container): not generated.
