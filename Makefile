@@ -32,7 +32,7 @@ demo: images
 	$(ENVCTL) smoke --tasks mini
 
 # Everything, with real containers and a real browser, and the full-flavor rehearsal (what CI runs):
-# two lanes side by side, then the tests that restart the engine (scripts/test.sh; lanes: tests/conftest.py).
+# three lanes side by side, then the tests that restart the engine (scripts/test.sh; lanes: tests/conftest.py).
 test: images
 	VENV=$(VENV) PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test.sh
 

@@ -285,35 +285,44 @@ _closers: dict[str, Callable[[], None]] = {}  # fixture -> how to take it down e
 _last_user: dict[str, str] = {}  # fixture -> nodeid of the last test that needs it
 
 
-# -- lanes: `make test` runs the suite as two pytest sessions side by side (scripts/test.sh) ---------
+# -- lanes: `make test` runs the suite as three pytest sessions side by side (scripts/test.sh) --------------
 #
-# ENVCTL_TEST_LANE=a|b selects a lane's modules; "alone" selects the tests marked ``alone`` (they restart
-# the engine, so nothing else may run), which both lanes leave out. Without the variable, everything runs
-# in one session (the tests marked ``alone`` still skip unless ENVCTL_FT_ENGINE_RESTART=1).
+# ENVCTL_TEST_LANE=a|b|c selects a lane's modules; "alone" selects the tests marked ``alone`` (they stop or restart
+# the engine, so nothing else may run), which every lane leaves out. Without the variable, everything runs in one
+# session (the tests marked ``alone`` still skip unless ENVCTL_FT_ENGINE_RESTART=1).
 # The lanes share the engine, so no module of one lane may publish a port or use an instance name that a
-# module of the other lane uses (each module's instance and port offset is stated at its top), and every
+# module of another lane uses (each module's instance and port offset is stated at its top), and every
 # module that uses a session fixture of SHARED_USERS is in the same lane as that fixture's other users.
-# Lane b: the swarm tests (tests/swarmlab.py's default lab: test_swarm, then test_cloud_ansible, which
-# share its names and subnet, so they run one after the other in this lane), the per-site mini image tests
-# and the read-mostly reset tests, webarena-verified's and BrowserGym's webarena_verified tests (instances
-# wav2, wav3, wav9 at offsets 52100-52900); the swarm data and every-command tests (labs of their own: "data" on
-# 172.31.248.0/24, "all" on 172.31.245.0/24); `make test` runs the full-flavor rehearsal after it, in the same lane.
-LANE_B = ("test_cloud_ansible.py", "test_swarm.py", "test_swarm_data.py", "test_swarm_all.py", "test_mini_*.py", "test_soak.py",
+# Lane c: the swarm tests, whose nodes are engines in containers on networks of their own (tests/swarmlab.py's
+# default lab: test_swarm, then test_cloud_ansible, which share its names and subnet, so they run one after the
+# other in this lane; the swarm data and every-command tests: labs of their own, "data" on 172.31.248.0/24, "all"
+# on 172.31.245.0/24); on the host they publish only their registries' push ports (15000-15199, 54500-54899).
+# Lane b: the per-site mini image tests and the read-mostly reset tests, webarena-verified's and BrowserGym's
+# webarena_verified tests (instances wav2, wav3, wav9 at offsets 52100-52900), and the lease and in-place modules
+# with instances and offsets of their own (h1t 44100, h2t 45200, dr 40000, h5k 46000, h5r 46100, fa1 48100);
+# `make test` runs the full-flavor rehearsal after it, in the same lane. Lane a: the rest, then the slim rehearsal.
+LANE_C = ("test_cloud_ansible.py", "test_swarm.py", "test_swarm_data.py", "test_swarm_all.py")
+LANE_B = ("test_mini_*.py", "test_soak.py",
           "test_snapshot_live.py", "test_pristine_and_volumes.py", "test_fetch.py", "test_cloud_ec2.py",
-          "test_evaluators.py", "test_webarena_verified.py", "test_browsergym_verified.py")
+          "test_evaluators.py", "test_webarena_verified.py", "test_browsergym_verified.py",
+          "test_inplace_magento.py", "test_inplace_gitlab.py", "test_drills.py", "test_pool_known.py",
+          "test_read_leases.py", "test_fast_answers.py")
 
 
 def module_lane(name: str) -> str:
     import fnmatch
 
-    return "b" if any(fnmatch.fnmatch(name, pat) for pat in LANE_B) else "a"
+    for lane, patterns in (("c", LANE_C), ("b", LANE_B)):
+        if any(fnmatch.fnmatch(name, pat) for pat in patterns):
+            return lane
+    return "a"
 
 
 def lane_of(item: pytest.Item) -> str:
     return "alone" if item.get_closest_marker("alone") else module_lane(item.path.name)
 
 
-assert all(len({module_lane(m) for m in ms}) == 1 for ms in SHARED_USERS.values()), "a shared fixture spans two lanes"
+assert all(len({module_lane(m) for m in ms}) == 1 for ms in SHARED_USERS.values()), "a shared fixture spans lanes"
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -321,8 +330,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     modules, their own order kept)."""
     lane = os.environ.get("ENVCTL_TEST_LANE", "")
     if lane:
-        if lane not in ("a", "b", "alone"):
-            raise pytest.UsageError(f"ENVCTL_TEST_LANE={lane!r}: give a, b or alone")
+        if lane not in ("a", "b", "c", "alone"):
+            raise pytest.UsageError(f"ENVCTL_TEST_LANE={lane!r}: give a, b, c or alone")
         keep = [i for i in items if lane_of(i) == lane]
         dropped = [i for i in items if lane_of(i) != lane]
         if dropped:

@@ -3,7 +3,8 @@ against a mini instance (issue 31), driven with the variables ``envctl env --for
 
 It needs Python >= 3.12, which Debian bookworm lacks: the test takes ``$ENVCTL_PYTHON312`` or the machine
 image's pyenv CPython (``/root/.pyenv/versions/3.12*/bin/python3``) and skips when there is none. A fresh venv
-gets ``browsergym-webarena-verified`` and ``browsergym-webarena`` (which it imports without declaring it).
+gets ``browsergym-webarena-verified`` and ``browsergym-webarena`` (which it imports without declaring it); it is
+kept in ``~/.cache/envctl-tests`` for the next run (a few minutes of pip on a new machine).
 Two things it would download at run time are given through its own environment variables, no code changed:
 ``NLTK_DATA`` with an empty ``tokenizers/punkt_tab`` (it downloads NLTK's punkt_tab at import; its
 webarena_verified environment never tokenizes: the evaluation is webarena-verified's), and
@@ -23,8 +24,10 @@ Instance ``wav3`` at port offset 52200.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -45,6 +48,32 @@ def _python312() -> str | None:
     return next((p for p in found if p and os.access(p, os.X_OK)), None)
 
 
+PACKAGES = ("browsergym-webarena-verified==0.14.3", "browsergym-webarena==0.14.3")
+
+
+def _venv(python: str) -> Path:
+    """A venv with PACKAGES (a few minutes of pip): kept between runs in ``~/.cache/envctl-tests`` (a new machine
+    makes it once), keyed by the packages and the Python, and used only when it imports what the test runs."""
+    key = hashlib.sha256(json.dumps([PACKAGES, os.path.realpath(python)]).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envctl-tests"
+    venv = cache / f"browsergym-{key}"
+    check = [str(venv / "bin" / "python"), "-c", "import browsergym.webarena_verified, browsergym.webarena"]
+    if venv.is_dir() and subprocess.run(check, capture_output=True, timeout=300).returncode == 0:
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)  # what a killed run left
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+        p = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *PACKAGES], capture_output=True, text=True,
+                           timeout=3000)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert subprocess.run(check, capture_output=True, timeout=300).returncode == 0, "the venv does not import"
+    except BaseException:
+        shutil.rmtree(venv, ignore_errors=True)  # half a venv is never taken for a whole one
+        raise
+    return venv
+
+
 @pytest.fixture(scope="module")
 def browsergym(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A Python >= 3.12 venv with BrowserGym's webarena-verified environment, and the run environment it needs."""
@@ -52,11 +81,7 @@ def browsergym(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if python is None:
         pytest.skip("BrowserGym's webarena-verified environment needs Python >= 3.12 (none here: set ENVCTL_PYTHON312)")
     root = tmp_path_factory.mktemp("browsergym")
-    venv = root / "venv"
-    subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-    p = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "browsergym-webarena-verified==0.14.3",
-                        "browsergym-webarena==0.14.3"], capture_output=True, text=True, timeout=3000)
-    assert p.returncode == 0, p.stderr[-3000:]
+    venv = _venv(python)
     (root / "nltk" / "tokenizers" / "punkt_tab").mkdir(parents=True)
     chrome = root / "pw" / "chromium-1117" / "chrome-linux"
     chrome.mkdir(parents=True)

@@ -11,7 +11,7 @@ The module's pool: ``envctl serve --instance dr --instances 1 --flavor mini --si
 - an instance removed under a held lease (``envctl down`` by someone else): the holder is told at once (409 with
   why) and the pool brings the instance back.
 
-Marked ``alone`` (they stop or restart the engine: ``make test`` runs them after both lanes, with
+Marked ``alone`` (they stop or restart the engine: ``make test`` runs them after the lanes, with
 ENVCTL_FT_ENGINE_RESTART=1): a stalled engine (dockerd stopped with SIGSTOP: heartbeats of a held read lease go on,
 lease requests answer within their wait plus a few seconds and leave no record) and a host reboot (every container
 of the pool stopped and the server killed, then the engine restarted and ``envctl serve`` started again).
@@ -55,6 +55,7 @@ class Pool:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.taken: list[str] = []
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
@@ -108,7 +109,16 @@ class Pool:
     def acquire(self, **body: Any) -> dict[str, Any]:
         r = requests.post(f"{self.url}/leases", json={"ttl": 300, "wait": 300, **body}, timeout=400)
         assert r.status_code == 201, r.text
+        self.taken.append(r.json()["id"])
         return r.json()
+
+    def release_taken(self) -> None:
+        """End the leases a test took and left (a failed assertion): the next test must not wait out their ttl."""
+        while self.taken:
+            try:
+                requests.delete(f"{self.url}/leases/{self.taken.pop()}", timeout=60)
+            except requests.RequestException:
+                pass
 
     def heartbeat(self, lease_id: str) -> requests.Response:
         return requests.post(f"{self.url}/leases/{lease_id}/heartbeat", json={}, timeout=60)
@@ -158,6 +168,12 @@ def pool(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
             os.environ["ENVCTL_STATE_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def _leases_ended(pool: Pool) -> Iterator[None]:
+    yield
+    pool.release_taken()
+
+
 def _reddit_container() -> str:
     return Lab(instance=MEMBER).container("reddit")
 
@@ -179,6 +195,9 @@ def test_out_of_memory_is_counted_shown_healed_and_told_to_the_holder(pool: Pool
     notices = " | ".join(n["what"] for n in row.json().get("notices", []))
     assert "killed by its memory limit (out of memory)" in notices, row.json()  # ... and its holder is told
     assert "replaced by a pristine copy" in notices
+    # the engine keeps its last 256 events only: a busy engine pushes the OOM event out (here 100 execs, 300 events)
+    subprocess.run(["sh", "-c", f"for i in $(seq 100); do docker exec {_reddit_container()} true; done"],
+                   check=True, capture_output=True, timeout=300)
     st = _envctl(pool.env, "status", "-i", MEMBER)
     assert re.search(r"reddit: .*killed by its memory limit \(out of memory\)", st.stdout), st.stdout
     assert json.loads(_envctl(pool.env, "status", "-i", MEMBER, "--json").stdout)["sites"][0]["oom_kills"]
@@ -231,7 +250,7 @@ def test_an_instance_removed_under_a_lease_is_told_at_once_and_comes_back(pool: 
     assert requests.delete(f"{pool.url}/leases/{again['id']}", timeout=60).status_code == 200
 
 
-# -- what stops or restarts the engine: alone, after both lanes ---------------------------------------------------
+# -- what stops or restarts the engine: alone, after the lanes ---------------------------------------------------
 
 def _dockerd() -> int:
     pid = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
@@ -266,10 +285,11 @@ def test_a_stalled_engine_is_named_in_one_line_and_the_pool_answers_meanwhile(po
         t = time.monotonic()
         st = _envctl({**pool.env, "ENVCTL_ENGINE_TIMEOUT": "5"}, "status", "-i", MEMBER, timeout=120)
         took = time.monotonic() - t
-        lines = st.stderr.strip().splitlines()
-        assert st.returncode != 0 and len(lines) == 1, st.stderr
-        assert "did not answer" in lines[0] and "stalled" in lines[0], lines
-        print(f"\nenvctl status against a stalled engine gave up after {took:.1f}s: {lines[0]}")
+        # what it knows, in seconds: the sites as the proxy and the probes see them (healthy: exit 0), and the engine named
+        engine = [ln for ln in st.stdout.splitlines() if ln.startswith("engine:")]
+        assert st.returncode == 0 and took < 30 and len(engine) == 1, (took, st.stdout, st.stderr)
+        assert "did not answer" in engine[0] and "stalled" in engine[0], engine
+        print(f"\nenvctl status against a stalled engine answered after {took:.1f}s: {engine[0]}")
         assert pool.heartbeat(held["id"]).status_code == 200  # its record is in the proxy's table, reached over HTTP
         # a reader joining the shared member needs a reading of its change signals (docker exec): given up in time
         r, took = _post_leases(pool, access="read", wait=5, holder="joins during the stall")

@@ -3,7 +3,7 @@ comes back while the server keeps running. The pool recovers by itself (no new `
 it ended (409 with why: its holder's instance was stopped), the instance is brought back, reset and handed out only
 verified, and its spares come back too (what a reboot leaves: the engine's containers stopped, none started again).
 
-Marked ``alone``: it restarts dockerd, so nothing else may run (``make test`` runs it after both lanes, with
+Marked ``alone``: it restarts dockerd, so nothing else may run (``make test`` runs it after the lanes, with
 ``ENVCTL_FT_ENGINE_RESTART=1`` as CI sets it). Pool dre (1 instance: reddit + homepage, a reddit spare), base offset
 40500.
 """

@@ -18,6 +18,7 @@ instance is found. An instance is composed of named parts:
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from envctl.instance.copies import InstanceCopies
 from envctl.instance.core import Core, Progress, noop
 from envctl.instance.front import Front
 from envctl.instance.routing import Routing
-from envctl.locks import locked
+from envctl.locks import locked, state_dir
 from envctl.paths import data_dir
 from envctl.plan import EngineMemory, Held, copy_memory
 from envctl.routing import proxy
@@ -148,11 +149,34 @@ class Instance(Core):
         return self.backend.placement.answers(timeout)
 
     def oom_kills(self, since: float, until: float | None = None) -> list[tuple[str, str, float]]:
-        """Copies' members the kernel killed for their memory limit since ``since`` (Unix time): (site, member, when)."""
-        return self.backend.placement.oom_kills(self.settings, since, time.time() if until is None else until)
+        """Copies' members the kernel killed for their memory limit since ``since`` (Unix time): (site, member, when).
+
+        The engine keeps only its last 256 events (a busy engine, or the change signals' ``docker exec``, pushes an
+        OOM event out within seconds), so every kill read from it is also kept in the instance's journal
+        (``<state dir>/oom-<instance>.jsonl``, dropped with the instance's network) and read back from there."""
+        until = time.time() if until is None else until
+        seen = self.backend.placement.oom_kills(self.settings, since, until)
+        path = state_dir() / f"oom-{self.name}.jsonl"
+        known: set[tuple[str, str, float]] = set()
+        try:
+            for line in path.read_text().splitlines():
+                try:
+                    site, member, when = json.loads(line)
+                    known.add((str(site), str(member), round(float(when), 3)))
+                except (ValueError, TypeError):
+                    continue
+        except OSError:
+            pass
+        new = [k for k in seen if (k[0], k[1], round(k[2], 3)) not in known]
+        if new:
+            with open(path, "a") as out:
+                out.write("".join(json.dumps([s, m, round(w, 3)]) + "\n" for s, m, w in new))
+        kills = known | {(s, m, round(w, 3)) for s, m, w in new}
+        return sorted((k for k in kills if since <= k[2] <= until), key=lambda k: k[2])
 
     def remove_network(self) -> bool:
         """Remove the instance's network (a refused first 'up' leaves nothing); False when the engine keeps it."""
+        (state_dir() / f"oom-{self.name}.jsonl").unlink(missing_ok=True)
         return self.backend.placement.remove_network(self.name)
 
     def volumes(self, site: str | None = None) -> list[str]:
