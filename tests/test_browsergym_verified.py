@@ -53,11 +53,13 @@ PACKAGES = ("browsergym-webarena-verified==0.14.3", "browsergym-webarena==0.14.3
 
 def _venv(python: str) -> Path:
     """A venv with PACKAGES (a few minutes of pip): kept between runs in ``~/.cache/envctl-tests`` (a new machine
-    makes it once), keyed by the packages and the Python, and used only when it imports what the test runs."""
+    makes it once), keyed by the packages and the Python, and used only when it holds them at their versions."""
     key = hashlib.sha256(json.dumps([PACKAGES, os.path.realpath(python)]).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envctl-tests"
     venv = cache / f"browsergym-{key}"
-    check = [str(venv / "bin" / "python"), "-c", "import browsergym.webarena_verified, browsergym.webarena"]
+    check = [str(venv / "bin" / "python"), "-c",  # the installed versions (importing it would fetch NLTK data)
+             "import importlib.metadata as m, sys; "
+             f"sys.exit(any(m.version(n) != v for n, v in {[p.split('==') for p in PACKAGES]!r}))"]
     if venv.is_dir() and subprocess.run(check, capture_output=True, timeout=300).returncode == 0:
         return venv
     shutil.rmtree(venv, ignore_errors=True)  # what a killed run left
@@ -67,7 +69,7 @@ def _venv(python: str) -> Path:
         p = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *PACKAGES], capture_output=True, text=True,
                            timeout=3000)
         assert p.returncode == 0, p.stderr[-3000:]
-        assert subprocess.run(check, capture_output=True, timeout=300).returncode == 0, "the venv does not import"
+        assert subprocess.run(check, capture_output=True, timeout=300).returncode == 0, "the venv lacks " + str(PACKAGES)
     except BaseException:
         shutil.rmtree(venv, ignore_errors=True)  # half a venv is never taken for a whole one
         raise

@@ -139,6 +139,9 @@ def remove_strays(inst: Instance, site: str, table: RoutingTable, *, holding: bo
                 activating = inst.held(inst.boot_lock(site))
             if activating:
                 continue
+            # 'up' lets the lock go once the copy is routed: routed since ``table`` was read, it is the active one
+            if slot == inst.routing.table().routes.active.get(site):
+                continue
         # A copy a route just left is drained: it takes no new request; let those in flight end.
         inst.front.retire(c.names)
         inst.copies.remove(c)
