@@ -21,8 +21,10 @@ measured in the same run. Printed (no assertions):
    and the swarm/local ratio (goal within 1.5x); BrowserGym's full_reset() through each lease (``--whole 0`` skips).
 
 Instances: sbu<N>-<k> (swarm) / sbl<N>-<k> (local) for 1, sbr (swarm) / sb-local (local) for 2, pools sbp (swarm)
-and sblp (local, 1 instance) for 3 and 4; port offsets 54000-54999 (a pool's second instance is 1000 higher: its
-ports are on a node's address, not this machine's). Everything is removed at the end, also on failure or Ctrl-C.
+and sblp (local, 1 instance) for 3 and 4, sbw (swarm) and sblw (local) for 5; port offsets 54000-54999 (a pool's
+second instance is 1000 higher: its ports are on a node's address, not this machine's), but sblw's 20800: a whole
+instance's ports on this machine must stay below 65536 and out of the ephemeral range (32768-60999), where a client
+socket may hold one. Everything is removed at the end, also on failure or Ctrl-C.
 
     python bench/swarm.py [--workers 2] [--resets 10] [--leases 8] [--json]
 """
@@ -56,6 +58,7 @@ from envctl.images.build import PROXY_IMAGE  # noqa: E402
 
 LAB = dict(name="bench", subnet="172.31.251.0/24", registry_port=54800)
 OFFSET = 54000
+LOCAL_WHOLE_OFFSET = 20800  # figure 5's local pool: a whole instance's ports stay below the ephemeral range
 SITES = ["reddit", "homepage"]
 RESULTS: dict[str, Any] = {}
 
@@ -455,7 +458,7 @@ def whole_rounds(srv: Server, n: int) -> dict[str, list[float]]:
 def figure_whole_instance(swarm_cli: Cli, local_cli: Cli, n: int) -> None:
     sites = tuple(turnaround.SITES)
     servers = [Server(swarm_cli, "sbw", 1, OFFSET + 200, free_port(54980), sites, "plan"),
-               Server(local_cli, "sblw", 1, OFFSET + 800, free_port(54985), sites, "plan")]
+               Server(local_cli, "sblw", 1, LOCAL_WHOLE_OFFSET, free_port(54985), sites, "plan")]
     try:
         for s in servers:
             s.wait_free(timeout=900)

@@ -290,10 +290,23 @@ class Nothing(Tier):
         return r.active()
 
 
+BUSY_PRESSURE = 60.0  # % of the last 10 s in which a runnable task waited for a CPU: "short" from here on
+
+
 def busy() -> bool:
-    """Whether this machine's CPUs are short now: the 1-minute load average at or above the CPU count."""
+    """Whether this machine's CPUs are short now: the kernel's CPU pressure (``/proc/pressure/cpu``, ``some avg10``:
+    the share of the last 10 s in which a runnable task waited for a CPU) at or above :data:`BUSY_PRESSURE`; on a
+    kernel without it, the 1-minute load average at or above 1.5 × the CPU count. Not the load average alone: it
+    lags a minute and counts what waits on disk, and on a 2-core host a whole WebArena instance's own idle work
+    keeps it above the CPU count while tasks wait for a CPU a third of the time (bench/turnaround.py)."""
     try:
-        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        return float(dict(kv.split("=", 1) for kv in some[1:])["avg10"]) >= BUSY_PRESSURE
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0] >= 1.5 * (os.cpu_count() or 1)
     except OSError:
         return False
 
