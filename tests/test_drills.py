@@ -1,7 +1,7 @@
 """Reliability drills on a lease pool (issue #32), each fault provoked for real on this machine.
 
 The module's pool: ``envctl serve --instance dr --instances 1 --flavor mini --sites reddit,homepage --spares 0
---heal-after 2`` as a subprocess (member ``dr-1``, base offset 40000). Lane a:
+--heal-after 2`` as a subprocess (member ``dr-1``, base offset 40000). Lane b:
 
 - out of memory: the leased reddit copy driven over its memory limit (a process inside it allocating past the
   limit, with the site's own process made the kernel's victim): the kill is counted in ``/metrics``, shown by
@@ -28,16 +28,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import requests
 
 from conftest import ROOT, free_port
-from envctl.backends.docker import ENGINE as dk
-from envctl.catalog import load_catalog
-from envctl.images.build import build_for_sites
 from envctl.lab import Lab
+from poolserver import PoolServer, pool_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 POOL, MEMBER, BASE_OFFSET = "dr", "dr-1", 40000
@@ -49,62 +47,15 @@ def _no_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a child of a backgrounded job inherits an ignored SIGINT
 
 
-class Pool:
+class Pool(PoolServer):
+    """The drills' pool: sites healed after 2 s of failing probes, on one port across restarts."""
+
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(POOL, SITES, BASE_OFFSET, env, log, port=free_port())
         self.taken: list[str] = []
 
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "envctl", "serve", "--instance", POOL, "--instances", "1", "--flavor", "mini",
-                 "--sites", ",".join(SITES), "--spares", "0", "--heal-after", "2", "--base-offset", str(BASE_OFFSET),
-                 "--port", str(self.port), "--reverify-every", "0"], stdout=out, stderr=out, env=self.env,
-                start_new_session=True,
-                preexec_fn=_no_sigint)
-        self.wait(lambda: self._answers(), 60, "the server to answer")
-
-    def _answers(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, self.logs()
-        try:
-            requests.get(f"{self.url}/leases", timeout=5)
-            return True
-        except requests.RequestException:
-            return False
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def logs(self) -> str:
-        try:
-            return self.log.read_text()[-5000:]
-        except OSError:
-            return ""
-
-    def wait(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = pred()
-            if value:
-                return value
-            assert time.monotonic() < deadline, f"timed out waiting for {what}\n{self.logs()}"
-            time.sleep(0.5)
-
-    def listing(self) -> dict[str, Any]:
-        return requests.get(f"{self.url}/leases", timeout=60).json()
-
-    def free(self) -> bool:
-        rows = self.listing()["instances"]
-        return len(rows) == 1 and rows[0]["state"] == "free"
+    def start(self, *extra: str) -> None:
+        super().start("--heal-after", "2", "--reverify-every", "0", *extra)
 
     def acquire(self, **body: Any) -> dict[str, Any]:
         r = requests.post(f"{self.url}/leases", json={"ttl": 300, "wait": 300, **body}, timeout=400)
@@ -137,35 +88,17 @@ def _envctl(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
                           timeout=timeout, preexec_fn=_no_sigint)
 
 
-def _down(env: dict[str, str]) -> None:
-    for name in (MEMBER, POOL):
-        _envctl(env, "down", "-i", name, "--volumes")
-        for c in dk.containers(instance=name):
-            dk.remove([c.name])
-
-
 @pytest.fixture(scope="module")
 def pool(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    state = tmp_path_factory.mktemp("drill-state")
-    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_INSTANCE", "ENVCTL_CATALOG")}
-    env.update({"ENVCTL_STATE_DIR": str(state), "ENVCTL_ENGINE_TIMEOUT": "15"})
-    old = os.environ.get("ENVCTL_STATE_DIR")
-    os.environ["ENVCTL_STATE_DIR"] = str(state)
-    build_for_sites(load_catalog(), SITES, "mini")
-    _down(env)
-    p = Pool(env, state / "serve.log")
-    try:
-        p.start()
-        p.wait(p.free, 420, "the pool to come up")
-        yield p
-    finally:
-        p.stop()
-        _down(env)
-        print(p.logs())
-        if old is None:
-            os.environ.pop("ENVCTL_STATE_DIR", None)
-        else:
-            os.environ["ENVCTL_STATE_DIR"] = old
+    with pool_state(tmp_path_factory, "drill-state", SITES, [MEMBER, POOL], ENVCTL_ENGINE_TIMEOUT="15") as env:
+        p = Pool(env, Path(env["ENVCTL_STATE_DIR"]) / "serve.log")
+        try:
+            p.start()
+            p.wait(p.free, 420, "the pool to come up")
+            yield p
+        finally:
+            p.stop()
+            print(p.logs())
 
 
 @pytest.fixture(autouse=True)

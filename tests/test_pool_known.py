@@ -12,29 +12,22 @@ change signal (PostgreSQL's WAL position) or a fingerprint can.
   (load average over ``--reverify-load``) puts the re-verification off;
 - C: a request whose candidate's checks hang (the reddit copy frozen with ``docker pause``) answers 503 within its
   wait plus a few seconds, and the checks that end afterwards leave no lease record.
-Lane a.
+Lane b (tests/conftest.py, LANE_B).
 """
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import requests
 
-from childproc import signals_default
-from conftest import free_port
-from envctl.backends.docker import ENGINE as dk
-from envctl.catalog import load_catalog
-from envctl.images.build import build_for_sites
 from envctl.lab import Lab
+from poolserver import PoolServer, cli as _cli, pool_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 POOL, MEMBER, BASE_OFFSET = "h5k", "h5k-1", 46000
@@ -42,68 +35,12 @@ SITES = ["reddit", "homepage"]
 PSQL = ["env", "PGPASSWORD=postmill", "psql", "-h", "localhost", "-U", "postmill", "-d", "postmill", "-At", "-c"]
 
 
-class Server:
+class Server(PoolServer):
     """``envctl serve --instance h5k --instances 1`` as a subprocess, restartable with other options."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
-
     def start(self, *extra: str) -> None:
-        self.stop()
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "envctl", "serve", "--instance", POOL, "--instances", "1", "--flavor", "mini",
-                 "--sites", ",".join(SITES), "--spares", "0", "--heal-after", "120", "--base-offset", str(BASE_OFFSET),
-                 "--port", str(port), *extra], stdout=out, stderr=out, env=self.env, start_new_session=True,
-                preexec_fn=signals_default)
-        self.wait(self._answers, 60, "the server to answer")
+        super().start("--heal-after", "120", *extra)
         self.wait(self.free, 420, "the pool to come up")
-
-    def _answers(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, self.logs()
-        try:
-            requests.get(f"{self.url}/leases", timeout=5)
-            return True
-        except requests.RequestException:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def logs(self) -> str:
-        try:
-            return self.log.read_text()[-5000:]
-        except OSError:
-            return ""
-
-    def wait(self, pred: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = pred()
-            if value:
-                return value
-            assert time.monotonic() < deadline, f"timed out waiting for {what}\n{self.logs()}"
-            time.sleep(every)
-
-    def listing(self) -> dict[str, Any]:
-        return requests.get(f"{self.url}/leases", timeout=60).json()
-
-    def row(self) -> dict[str, Any]:
-        return self.listing()["instances"][0]
-
-    def free(self) -> bool:
-        rows = self.listing()["instances"]
-        return len(rows) == 1 and rows[0]["state"] == "free"
 
     def acquire(self, **body: Any) -> requests.Response:
         return requests.post(f"{self.url}/leases", json={"ttl": 120, **body}, timeout=600)
@@ -118,40 +55,16 @@ class Server:
         return float(found.group(1))
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envctl", *args], capture_output=True, text=True, env=env, timeout=300,
-                          preexec_fn=signals_default)
-
-
-def _down(env: dict[str, str]) -> None:
-    for name in (MEMBER, POOL):
-        _cli(env, "down", "-i", name, "--volumes")
-        for c in dk.containers(instance=name):
-            dk.remove([c.name])
-
-
 @pytest.fixture(scope="module")
 def srv(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    state = tmp_path_factory.mktemp("known-state")
-    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_INSTANCE", "ENVCTL_CATALOG")}
-    env["ENVCTL_STATE_DIR"] = str(state)
-    old = os.environ.get("ENVCTL_STATE_DIR")
-    os.environ["ENVCTL_STATE_DIR"] = str(state)
-    build_for_sites(load_catalog(), SITES, "mini")
-    _down(env)
-    s = Server(env, state / "serve.log")
-    s.env = env
-    try:
-        s.start("--reverify-every", "0")  # A and C: no background re-verification, the acquire alone must know
-        yield s
-    finally:
-        s.stop()
-        _down(env)
-        print(s.logs())
-        if old is None:
-            os.environ.pop("ENVCTL_STATE_DIR", None)
-        else:
-            os.environ["ENVCTL_STATE_DIR"] = old
+    with pool_state(tmp_path_factory, "known-state", SITES, [MEMBER, POOL]) as env:
+        s = Server(POOL, SITES, BASE_OFFSET, env, Path(env["ENVCTL_STATE_DIR"]) / "serve.log")
+        try:
+            s.start("--reverify-every", "0")  # A and C: no background re-verification, the acquire alone must know
+            yield s
+        finally:
+            s.stop()
+            print(s.logs())
 
 
 def _psql(sql: str) -> str:

@@ -9,92 +9,31 @@ The module's pool: ``envctl serve --instance h5r --instances 1 --flavor mini --s
 - a reader that writes through the UI (a reddit post over HTTP) taints every read lease that overlapped the change
   (the heartbeat's notice, the release's answer, ``lease list``, ``envctl_tainted_leases_total``), a reader released
   before it is not tainted, and the next lease starts pristine (the post is gone).
-Lane a.
+Lane b (tests/conftest.py, LANE_B).
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import requests
 
-from childproc import signals_default
-from conftest import free_port
-from envctl.backends.docker import ENGINE as dk
-from envctl.catalog import load_catalog
-from envctl.images.build import build_for_sites
 from envctl.lab import Lab
 from envctl.leases import lease as lease_of
+from poolserver import PoolServer, cli as _cli, pool_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.mini, pytest.mark.slow]
 POOL, MEMBER, BASE_OFFSET, READERS = "h5r", "h5r-1", 46100, 3
 SITES = ["reddit", "homepage"]
 
 
-class Server:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "envctl", "serve", "--instance", POOL, "--instances", "1", "--flavor", "mini",
-                 "--sites", ",".join(SITES), "--spares", "0", "--readers", str(READERS), "--reverify-every", "0",
-                 "--base-offset", str(BASE_OFFSET), "--port", str(port)], stdout=out, stderr=out, env=env,
-                start_new_session=True, preexec_fn=signals_default)
-        self.wait(self._answers, 60, "the server to answer")
-
-    def _answers(self) -> bool:
-        assert self.proc.poll() is None, self.logs()
-        try:
-            requests.get(f"{self.url}/leases", timeout=5)
-            return True
-        except requests.RequestException:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def logs(self) -> str:
-        try:
-            return self.log.read_text()[-5000:]
-        except OSError:
-            return ""
-
-    def wait(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = pred()
-            if value:
-                return value
-            assert time.monotonic() < deadline, f"timed out waiting for {what}\n{self.logs()}"
-            time.sleep(0.3)
-
-    def listing(self) -> dict[str, Any]:
-        return requests.get(f"{self.url}/leases", timeout=60).json()
-
-    def row(self) -> dict[str, Any]:
-        return self.listing()["instances"][0]
-
-    def free(self) -> bool:
-        rows = self.listing()["instances"]
-        return len(rows) == 1 and rows[0]["state"] == "free"
-
+class Server(PoolServer):
     def acquire(self, **body: Any) -> requests.Response:
         return requests.post(f"{self.url}/leases", json={"ttl": 120, **body}, timeout=600)
 
@@ -114,39 +53,17 @@ class Server:
         return r.json()
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envctl", *args], capture_output=True, text=True, timeout=300,
-                          env={**env, "COLUMNS": "400"}, preexec_fn=signals_default)
-
-
-def _down(env: dict[str, str]) -> None:
-    for name in (MEMBER, POOL):
-        _cli(env, "down", "-i", name, "--volumes")
-        for c in dk.containers(instance=name):
-            dk.remove([c.name])
-
-
 @pytest.fixture(scope="module")
 def srv(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    state = tmp_path_factory.mktemp("read-state")
-    env = {k: v for k, v in os.environ.items() if k not in ("ENVCTL_INSTANCE", "ENVCTL_CATALOG")}
-    env["ENVCTL_STATE_DIR"] = str(state)
-    old = os.environ.get("ENVCTL_STATE_DIR")
-    os.environ["ENVCTL_STATE_DIR"] = str(state)
-    build_for_sites(load_catalog(), SITES, "mini")
-    _down(env)
-    s = Server(env, state / "serve.log")
-    try:
-        s.wait(s.free, 420, "the pool to come up")
-        yield s
-    finally:
-        s.stop()
-        _down(env)
-        print(s.logs())
-        if old is None:
-            os.environ.pop("ENVCTL_STATE_DIR", None)
-        else:
-            os.environ["ENVCTL_STATE_DIR"] = old
+    with pool_state(tmp_path_factory, "read-state", SITES, [MEMBER, POOL]) as env:
+        s = Server(POOL, SITES, BASE_OFFSET, env, Path(env["ENVCTL_STATE_DIR"]) / "serve.log")
+        try:
+            s.start("--readers", str(READERS), "--reverify-every", "0")
+            s.wait(s.free, 420, "the pool to come up")
+            yield s
+        finally:
+            s.stop()
+            print(s.logs())
 
 
 def _post(base: str, auth: dict[str, Any], title: str) -> None:
